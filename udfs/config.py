@@ -1,0 +1,246 @@
+"""The crawler's configuration: one defaults file, overridden by file, environment and flags.
+
+`crawler-default.yaml` beside this module holds every key with its default and a
+comment. The type of each key is the type of its default; `_RULES` adds ranges
+and choices. Unknown keys and bad values raise `ConfigError` naming the key and
+where the value came from, so a typo never silently falls back to a default.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import re
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import yaml
+
+DEFAULTS_PATH = Path(__file__).with_name("crawler-default.yaml")
+ENV_PREFIX = "CRAWL__"
+ENV_CONFIG_FILE = "CRAWL_CONFIG"
+
+TOPIC_KEYS = ("discovered", "leases", "completions", "index", "deadletter")
+
+
+class ConfigError(ValueError):
+    """A configuration key or value is not acceptable; the message names the key."""
+
+
+def _port(v: Any) -> str | None:
+    return None if 1 <= v <= 65535 else "must be a TCP port (1-65535)"
+
+
+def _at_least(lo: int | float) -> Callable[[Any], str | None]:
+    return lambda v: None if v >= lo else f"must be >= {lo}"
+
+
+def _between(lo: int | float, hi: int | float, why: str = "") -> Callable[[Any], str | None]:
+    suffix = f" ({why})" if why else ""
+    return lambda v: None if lo <= v <= hi else f"must be between {lo} and {hi}{suffix}"
+
+
+def _one_of(*choices: str) -> Callable[[Any], str | None]:
+    return lambda v: None if v in choices else f"must be one of {', '.join(choices)}"
+
+
+_TOPIC_NAME = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
+_HOST_PORT = re.compile(r"^[^\s:,]+:\d{1,5}$|^\[[0-9A-Fa-f:.]+\]:\d{1,5}$")
+
+
+def _topic_name(v: str) -> str | None:
+    return None if _TOPIC_NAME.match(v) else "must be 1-249 characters of A-Z a-z 0-9 . _ -"
+
+
+def _bootstrap(v: str) -> str | None:
+    parts = [p.strip() for p in v.split(",")]
+    if not v.strip() or not all(_HOST_PORT.match(p) for p in parts):
+        return "must be a comma-separated list of host:port"
+    return None
+
+
+def _endpoint(v: str) -> str | None:
+    if v == "":
+        return None
+    parts = urlsplit(v)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        return "must be empty or an http(s) URL such as http://127.0.0.1:18333"
+    return None
+
+
+def _retention(v: int) -> str | None:
+    return None if v == -1 or v >= 1 else "must be -1 (forever) or a positive number of ms"
+
+
+# Checks beyond the type of the default. "*" matches one path segment.
+_RULES: dict[str, Callable[[Any], str | None]] = {
+    "kafka.bootstrap_servers": _bootstrap,
+    "kafka.group_id_prefix": _topic_name,
+    "kafka.request_timeout_ms": _at_least(100),
+    "topics.*.name": _topic_name,
+    "topics.*.partitions": _between(1, 10000),
+    "topics.*.retention_ms": _retention,
+    "storage.backend": _one_of("local", "s3"),
+    "storage.local_dir": lambda v: None if v else "must not be empty",
+    "s3.endpoint_url": _endpoint,
+    "s3.bucket": lambda v: None if re.match(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$", v)
+    else "must be a valid S3 bucket name",
+    "flink.parallelism": _between(1, 100000),
+    # SPEC: a discovered URL must be durable within 60 s, and a record is
+    # durable only once a checkpoint containing it completes.
+    "flink.checkpoint_interval_ms": _between(100, 60000, "durability within 60 s needs <= 60000"),
+    "flink.restart_strategy": _one_of("none", "fixed-delay"),
+    "flink.restart_attempts": _at_least(0),
+    "flink.restart_delay_ms": _at_least(0),
+    "local.kafka_controller_port": _port,
+    "local.kafka_heap_mb": _at_least(128),
+    "local.s3_master_port": _port,
+    "local.s3_master_grpc_port": _port,
+    "local.s3_volume_port": _port,
+    "local.s3_volume_grpc_port": _port,
+    "local.s3_filer_port": _port,
+    "local.s3_filer_grpc_port": _port,
+    "local.s3_grpc_port": _port,
+    "local.ready_timeout_s": _between(1, 3600),
+    "local.state_dir": lambda v: None if v else "must not be empty",
+}
+
+
+def _rule_for(path: str) -> Callable[[Any], str | None] | None:
+    if path in _RULES:
+        return _RULES[path]
+    segments = path.split(".")
+    for pattern, rule in _RULES.items():
+        p = pattern.split(".")
+        if len(p) == len(segments) and all(a in ("*", b) for a, b in zip(p, segments)):
+            return rule
+    return None
+
+
+def _type_name(value: Any) -> str:
+    return {bool: "boolean", int: "integer", float: "number", str: "string", list: "list",
+            dict: "section"}.get(type(value), type(value).__name__)
+
+
+def _check_value(path: str, default: Any, value: Any, source: str) -> Any:
+    """Return `value` coerced to the default's type, or raise ConfigError."""
+    where = f" (from {source})"
+    if isinstance(default, bool):
+        ok = isinstance(value, bool)
+    elif isinstance(default, int):
+        ok = isinstance(value, int) and not isinstance(value, bool)
+    elif isinstance(default, float):
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+        value = float(value) if ok else value
+    elif isinstance(default, str):
+        ok = isinstance(value, str)
+    elif isinstance(default, list):
+        ok = isinstance(value, list) and all(isinstance(x, str) for x in value)
+    else:  # pragma: no cover - the defaults file only holds the types above
+        raise ConfigError(f"{path}: unsupported default type {type(default).__name__}")
+    if not ok:
+        raise ConfigError(
+            f"{path}: expected a {_type_name(default)}, got {value!r}{where}")
+    rule = _rule_for(path)
+    if rule is not None:
+        problem = rule(value)
+        if problem:
+            raise ConfigError(f"{path}: {problem}, got {value!r}{where}")
+    return value
+
+
+def _merge(base: dict[str, Any], update: Mapping[str, Any], source: str, prefix: str = "") -> None:
+    if not isinstance(update, Mapping):
+        raise ConfigError(f"{prefix or 'the configuration'}: expected a section (mapping), "
+                          f"got {update!r} (from {source})")
+    for key, value in update.items():
+        path = f"{prefix}{key}"
+        if not isinstance(key, str) or key not in base:
+            raise ConfigError(f"unknown configuration key {path!r} (from {source})")
+        if isinstance(base[key], dict):
+            _merge(base[key], value, source, prefix=f"{path}.")
+        else:
+            base[key] = _check_value(path, base[key], value, source)
+
+
+def _nest(path: str, value: Any) -> dict[str, Any]:
+    out: Any = value
+    for part in reversed(path.split(".")):
+        out = {part: out}
+    return out
+
+
+def _parse_scalar(text: str, source: str) -> Any:
+    try:
+        return yaml.safe_load(text) if text.strip() else ""
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"cannot parse value {text!r} (from {source}): {exc}") from None
+
+
+@dataclass(frozen=True)
+class Config:
+    """A validated configuration. Read keys with `cfg["kafka.bootstrap_servers"]`."""
+
+    data: Mapping[str, Any]
+
+    def __getitem__(self, path: str) -> Any:
+        node: Any = self.data
+        for part in path.split("."):
+            if not isinstance(node, Mapping) or part not in node:
+                raise KeyError(f"no configuration key {path!r}")
+            node = node[part]
+        return copy.deepcopy(node) if isinstance(node, (dict, list)) else node
+
+    def topic(self, key: str) -> str:
+        """The Kafka topic name of one stream (discovered, leases, ...)."""
+        if key not in TOPIC_KEYS:
+            raise KeyError(f"no stream {key!r}; streams are {', '.join(TOPIC_KEYS)}")
+        return self[f"topics.{key}.name"]
+
+    def to_yaml(self) -> str:
+        return yaml.safe_dump(copy.deepcopy(dict(self.data)), sort_keys=False)
+
+
+def load_defaults() -> dict[str, Any]:
+    with DEFAULTS_PATH.open(encoding="utf-8") as fh:
+        return yaml.safe_load(fh)
+
+
+def load_config(
+    files: Sequence[str | os.PathLike[str]] = (),
+    env: Mapping[str, str] | None = None,
+    overrides: Iterable[str] = (),
+) -> Config:
+    """Defaults, then each file, then CRAWL__ environment variables, then `key=value` overrides.
+
+    `env` defaults to os.environ; its CRAWL_CONFIG names one more file, read before `files`.
+    """
+    env = os.environ if env is None else env
+    data = load_defaults()
+    paths = ([env[ENV_CONFIG_FILE]] if env.get(ENV_CONFIG_FILE) else []) + [str(f) for f in files]
+    for path in paths:
+        try:
+            text = Path(path).read_text(encoding="utf-8")
+        except OSError as exc:
+            raise ConfigError(f"cannot read configuration file {path}: {exc.strerror}") from None
+        try:
+            loaded = yaml.safe_load(text)
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"configuration file {path} is not valid YAML: {exc}") from None
+        if loaded is not None:
+            _merge(data, loaded, path)
+    for name in sorted(env):
+        if name.startswith(ENV_PREFIX):
+            path = ".".join(part.lower() for part in name[len(ENV_PREFIX):].split("__"))
+            source = f"environment variable {name}"
+            _merge(data, _nest(path, _parse_scalar(env[name], source)), source)
+    for item in overrides:
+        if "=" not in item:
+            raise ConfigError(f"override {item!r} must look like section.key=value")
+        path, _, text = item.partition("=")
+        source = f"--set {item}"
+        _merge(data, _nest(path.strip(), _parse_scalar(text, source)), source)
+    return Config(data)
