@@ -13,7 +13,6 @@ from __future__ import annotations
 import io
 import json
 import re
-import struct
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -100,7 +99,8 @@ class SchemaRegistry:
             versions.sort(key=lambda v: v.version)
             numbers = [v.version for v in versions]
             if numbers != list(range(1, len(numbers) + 1)):
-                raise ValueError(f"schema {name}: versions must be 1..N without gaps, got {numbers}")
+                raise ValueError(
+                    f"schema {name}: versions must be 1..N without gaps, got {numbers}")
 
     def names(self) -> list[str]:
         return sorted(self._by_name)
@@ -294,3 +294,34 @@ def load_examples(sv: SchemaVersion) -> list[dict[str, Any]]:
         return obj
 
     return json.loads(path.read_text(encoding="utf-8"), object_hook=hook)
+
+
+def read_lock(reg: SchemaRegistry) -> dict[tuple[str, int], str]:
+    """(name, version) → fingerprint hex, from the directory's fingerprints.lock."""
+    out: dict[tuple[str, int], str] = {}
+    for line in (reg.directory / "fingerprints.lock").read_text(encoding="utf-8").splitlines():
+        line = line.split("#", 1)[0].strip()
+        if line:
+            name, version, fp = line.split()
+            out[(name, int(version.removeprefix("v")))] = fp
+    return out
+
+
+def check_lock(reg: SchemaRegistry) -> list[str]:
+    """A published version's file must be unchanged and every version must be published."""
+    lock = read_lock(reg)
+    out: list[str] = []
+    present: set[tuple[str, int]] = set()
+    for name in reg.names():
+        for sv in reg.versions(name):
+            present.add((name, sv.version))
+            locked = lock.get((name, sv.version))
+            if locked is None:
+                out.append(f"{sv.path.name} is not in fingerprints.lock: add "
+                           f"'{name} v{sv.version} {sv.fingerprint_hex}' once it is final")
+            elif locked != sv.fingerprint_hex:
+                out.append(f"{sv.path.name} changed after it was published (lock {locked}, "
+                           f"now {sv.fingerprint_hex}): add a new version instead")
+    for name, version in sorted(set(lock) - present):
+        out.append(f"{name}.v{version}.avsc is in fingerprints.lock but missing")
+    return out

@@ -115,7 +115,7 @@ def _rule_for(path: str) -> Callable[[Any], str | None] | None:
     segments = path.split(".")
     for pattern, rule in _RULES.items():
         p = pattern.split(".")
-        if len(p) == len(segments) and all(a in ("*", b) for a, b in zip(p, segments)):
+        if len(p) == len(segments) and all(a in ("*", b) for a, b in zip(p, segments, strict=True)):
             return rule
     return None
 

@@ -1,0 +1,1 @@
+"""Tooling around the jobs: the `crawl` command, the local stack, dependency downloads."""

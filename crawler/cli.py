@@ -1,0 +1,172 @@
+"""`crawl`: the one command of the crawler. Run `crawl --help` or `crawl <command> --help`."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from udfs.config import ConfigError, load_config
+
+_DESCRIPTION = """\
+A polite, recoverable web crawler on Apache Flink and Kafka.
+
+Configuration: every default is in udfs/crawler-default.yaml. Override with
+--config FILE (or CRAWL_CONFIG=FILE), CRAWL__SECTION__KEY=value environment
+variables, and --set section.key=value flags, in that order.
+"""
+
+_EPILOG = """\
+examples:
+  crawl local up                 start Kafka and S3 on loopback, create the topics
+  crawl local status             what runs where
+  crawl local down               stop what `local up` started
+  crawl config show --set flink.parallelism=4
+  crawl schemas check            schema compatibility and the published-version lock
+"""
+
+
+def _cmd_local(args: argparse.Namespace) -> int:
+    from crawler.local import LocalStack
+
+    cfg = load_config(args.config, overrides=args.set)
+    stack = LocalStack(cfg, state_dir=args.state_dir)
+    if args.action == "up":
+        stack.up()
+    elif args.action == "down":
+        stack.down()
+    else:
+        statuses = stack.status()
+        print(f"state folder: {stack.state_dir}")
+        for st in statuses:
+            state = f"running (pid {st.pid})" if st.running else "stopped"
+            extra = f"  {st.detail}" if st.detail else ""
+            print(f"{st.name:6} {state:22} {st.address}{extra}")
+        return 0 if all(st.running for st in statuses) else 3
+    return 0
+
+
+def _cmd_deps(args: argparse.Namespace) -> int:
+    from crawler import deps
+
+    cfg = load_config(args.config, overrides=args.set)
+    print(f"cache folder: {deps.cache_dir()}")
+    print(f"kafka broker: {deps.ensure_kafka(cfg['local.kafka_version'])}")
+    print(f"kafka connector: {deps.ensure_connector(cfg['flink.kafka_connector_version'])}")
+    return 0
+
+
+def _cmd_topics(args: argparse.Namespace) -> int:
+    from crawler.local import ensure_topics, topic_partitions
+
+    cfg = load_config(args.config, overrides=args.set)
+    if args.action == "create":
+        for line in ensure_topics(cfg):
+            print(line)
+        return 0
+    from kafka.admin import KafkaAdminClient
+
+    admin = KafkaAdminClient(bootstrap_servers=cfg["kafka.bootstrap_servers"],
+                             request_timeout_ms=cfg["kafka.request_timeout_ms"])
+    try:
+        for name, partitions in sorted(topic_partitions(admin).items()):
+            if not name.startswith("__"):
+                print(f"{name}\t{partitions} partitions")
+    finally:
+        admin.close()
+    return 0
+
+
+def _cmd_config(args: argparse.Namespace) -> int:
+    cfg = load_config(args.config, overrides=args.set)
+    if args.action == "show":
+        sys.stdout.write(cfg.to_yaml())
+    else:
+        print("configuration is valid")
+    return 0
+
+
+def _cmd_schemas(args: argparse.Namespace) -> int:
+    from udfs.avro import check_lock, check_registry, registry
+
+    reg = registry()
+    problems = check_registry(reg) + check_lock(reg)
+    for name in reg.names():
+        versions = reg.versions(name)
+        print(f"{name:12} v{versions[-1].version}  fingerprint {versions[-1].fingerprint_hex}"
+              f"  ({len(versions)} version{'s' if len(versions) > 1 else ''})")
+    for p in problems:
+        print(f"PROBLEM: {p}", file=sys.stderr)
+    return 1 if problems else 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="crawl", description=_DESCRIPTION, epilog=_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--config", action="append", default=[], metavar="FILE",
+                        help="YAML file overriding defaults (repeatable; later files win)")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="override one key, e.g. --set kafka.bootstrap_servers=h:9092")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    p = sub.add_parser("local", help="start, stop or inspect the local Kafka broker and S3 server",
+                       description="A single-node KRaft Kafka broker and a SeaweedFS S3 server on "
+                       "loopback, for development and tests. `up` downloads what it needs once, "
+                       "formats Kafka's storage on first start, waits until both are ready, and "
+                       "creates the topics and the bucket; running it again starts nothing new. "
+                       "`down` stops only the processes `up` started (by PID file). "
+                       "`status` exits 0 when both run, 3 otherwise.")
+    p.add_argument("action", choices=["up", "down", "status"])
+    p.add_argument("--state-dir", metavar="DIR",
+                   help="folder for data, logs and PID files (default: local.state_dir)")
+    p.set_defaults(func=_cmd_local)
+
+    p = sub.add_parser("deps", help="download the Kafka broker and the Flink Kafka connector jar",
+                       description="Fetch org.apache.kafka:kafka_2.13 with its runtime "
+                       "dependencies and the shaded flink-sql-connector-kafka jar from Maven "
+                       "Central into the cache folder (CRAWL_CACHE_DIR, default .cache). "
+                       "Idempotent.")
+    p.set_defaults(func=_cmd_deps)
+
+    p = sub.add_parser("topics", help="create the configured topics, or list the broker's topics",
+                       description="`create` makes every topic of the `topics` section that is "
+                       "missing, with its partitions and retention; `list` shows the topics.")
+    p.add_argument("action", choices=["create", "list"])
+    p.set_defaults(func=_cmd_topics)
+
+    p = sub.add_parser("config", help="print the effective configuration, or check it",
+                       description="`show` prints the configuration after every override; "
+                       "`check` only validates it (exit 2 with the key on error).")
+    p.add_argument("action", choices=["show", "check"])
+    p.set_defaults(func=_cmd_config)
+
+    p = sub.add_parser("schemas", help="check the Avro schemas' compatibility and version lock",
+                       description="Every schema's newest version must read data written with "
+                       "each earlier version, and published versions must be unchanged "
+                       "(schemas/fingerprints.lock).")
+    p.set_defaults(func=_cmd_schemas)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except ConfigError as exc:
+        print(f"crawl: configuration error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+    except Exception as exc:  # a clear one-line error for the known failure types
+        from crawler.deps import DependencyError
+        from crawler.local import StackError
+
+        if isinstance(exc, (StackError, DependencyError)):
+            print(f"crawl: {exc}", file=sys.stderr)
+            return 1
+        raise
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

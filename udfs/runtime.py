@@ -1,0 +1,116 @@
+"""Flink shell: the execution environment and Kafka connectors built from the configuration.
+
+Only adapters live here; rules live in `udfs/core`. Records cross into Python
+as raw bytes (ByteArraySchema) and are decoded with `udfs.avro`, so a record
+that cannot be read becomes a dead letter instead of failing the job.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from pathlib import Path
+
+from pyflink.common import Configuration, Types, WatermarkStrategy
+from pyflink.common.serialization import ByteArraySchema
+from pyflink.datastream import DataStream, StreamExecutionEnvironment
+from pyflink.datastream.connectors.base import DeliveryGuarantee
+from pyflink.datastream.connectors.kafka import (
+    KafkaOffsetResetStrategy,
+    KafkaOffsetsInitializer,
+    KafkaRecordSerializationSchema,
+    KafkaSink,
+    KafkaSource,
+)
+
+from udfs.config import Config
+
+log = logging.getLogger(__name__)
+
+BYTES = Types.PRIMITIVE_ARRAY(Types.BYTE())
+
+
+def job_jars(cfg: Config) -> list[str]:
+    """file:// URLs of the jars a job needs: flink.jars, else the cached Kafka connector.
+
+    On a cluster the connector is usually in Flink's lib/ (or passed with
+    `flink run -j`); then flink.jars stays empty and no cached jar exists.
+    """
+    jars = cfg["flink.jars"]
+    if not jars:
+        from crawler.deps import connector_jar_path
+
+        cached = connector_jar_path(cfg["flink.kafka_connector_version"])
+        if cached.exists():
+            jars = [str(cached)]
+        else:
+            log.warning("no flink.jars and no cached Kafka connector at %s; "
+                        "assuming the cluster provides it (run `crawl deps` for local runs)",
+                        cached)
+    return [j if "://" in j else Path(j).resolve().as_uri() for j in jars]
+
+
+def make_env(cfg: Config, *, thread_mode: bool = False) -> StreamExecutionEnvironment:
+    """A StreamExecutionEnvironment with checkpointing, restarts and jars from `cfg`."""
+    conf = Configuration()
+    jars = job_jars(cfg)
+    if jars:
+        conf.set_string("pipeline.jars", ";".join(jars))
+    python = cfg["flink.python_executable"] or sys.executable
+    conf.set_string("python.executable", python)
+    conf.set_string("python.client.executable", python)
+    conf.set_string("python.execution-mode", "thread" if thread_mode else "process")
+    conf.set_string("execution.checkpointing.interval", f"{cfg['flink.checkpoint_interval_ms']}ms")
+    conf.set_string("execution.checkpointing.mode", "EXACTLY_ONCE")
+    if cfg["flink.restart_strategy"] == "none":
+        conf.set_string("restart-strategy.type", "none")
+    else:
+        conf.set_string("restart-strategy.type", "fixed-delay")
+        conf.set_string("restart-strategy.fixed-delay.attempts", str(cfg["flink.restart_attempts"]))
+        conf.set_string("restart-strategy.fixed-delay.delay", f"{cfg['flink.restart_delay_ms']}ms")
+    env = StreamExecutionEnvironment.get_execution_environment(conf)
+    env.set_parallelism(cfg["flink.parallelism"])
+    return env
+
+
+def kafka_source_stream(env: StreamExecutionEnvironment, cfg: Config, topic: str, group: str,
+                        *, bounded: bool = False, name: str | None = None) -> DataStream:
+    """Raw record values of `topic` as bytes, read from the committed offsets (else earliest).
+
+    `bounded` stops at the offsets that are latest when the job starts (tests, backfills).
+    """
+    builder = (KafkaSource.builder()
+               .set_bootstrap_servers(cfg["kafka.bootstrap_servers"])
+               .set_topics(topic)
+               .set_group_id(f"{cfg['kafka.group_id_prefix']}.{group}")
+               .set_starting_offsets(KafkaOffsetsInitializer.committed_offsets(
+                   KafkaOffsetResetStrategy.EARLIEST))
+               .set_value_only_deserializer(ByteArraySchema())
+               # Read only committed transactions of exactly-once producers.
+               .set_property("isolation.level", "read_committed"))
+    if bounded:
+        builder = builder.set_bounded(KafkaOffsetsInitializer.latest())
+    return env.from_source(builder.build(), WatermarkStrategy.no_watermarks(),
+                           name or f"kafka:{topic}")
+
+
+def kafka_sink(cfg: Config, topic: str, *, exactly_once: bool, transactional_id_prefix: str = ""
+               ) -> KafkaSink:
+    """A sink of byte values into `topic`; exactly-once sinks commit with each checkpoint."""
+    serializer = (KafkaRecordSerializationSchema.builder()
+                  .set_topic(topic)
+                  .set_value_serialization_schema(ByteArraySchema())
+                  .build())
+    builder = (KafkaSink.builder()
+               .set_bootstrap_servers(cfg["kafka.bootstrap_servers"])
+               .set_record_serializer(serializer))
+    if exactly_once:
+        if not transactional_id_prefix:
+            raise ValueError("an exactly-once Kafka sink needs a transactional_id_prefix")
+        builder = (builder.set_delivery_guarantee(DeliveryGuarantee.EXACTLY_ONCE)
+                   .set_transactional_id_prefix(transactional_id_prefix)
+                   # Must exceed the longest checkpoint; the broker caps it.
+                   .set_property("transaction.timeout.ms", "900000"))
+    else:
+        builder = builder.set_delivery_guarantee(DeliveryGuarantee.AT_LEAST_ONCE)
+    return builder.build()
