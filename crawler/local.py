@@ -273,7 +273,9 @@ class KafkaService(_Service):
         if not (self.data / "meta.properties").exists():
             cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
             proc = subprocess.run(
-                [*self._java(), "kafka.tools.StorageTool", "format", "-t", cluster_id,
+                [*self._java(), "kafka.tools.StorageTool", "format",
+                 # "=" form: a random id may start with "-".
+                 f"--cluster-id={cluster_id}",
                  "-c", str(self.properties)], capture_output=True, text=True, cwd=self.dir)
             if proc.returncode != 0:
                 raise StackError(f"formatting Kafka storage in {self.data} failed:\n"
@@ -413,8 +415,12 @@ def topic_partitions(admin) -> dict[str, int]:
     return {t.get("name") or t.get("topic"): len(t["partitions"]) for t in admin.describe_topics()}
 
 
-def ensure_topics(cfg: Config) -> list[str]:
-    """Create each configured topic that is missing; report the ones that differ."""
+def ensure_topics(cfg: Config, wait_s: float = 30.0) -> list[str]:
+    """Create each configured topic that is missing; report the ones that differ.
+
+    Returns once every configured topic is visible in the broker's metadata, so
+    a client started right after `up` finds them.
+    """
     from kafka.admin import KafkaAdminClient, NewTopic
     from kafka.errors import TopicAlreadyExistsError
 
@@ -424,8 +430,9 @@ def ensure_topics(cfg: Config) -> list[str]:
     try:
         described = topic_partitions(admin)
         lines: list[str] = []
-        for key in TOPIC_KEYS:
-            name, partitions = cfg[f"topics.{key}.name"], cfg[f"topics.{key}.partitions"]
+        wanted = {cfg[f"topics.{key}.name"]: key for key in TOPIC_KEYS}
+        for name, key in wanted.items():
+            partitions = cfg[f"topics.{key}.partitions"]
             retention = str(cfg[f"topics.{key}.retention_ms"])
             if name in described:
                 have = described[name]
@@ -439,6 +446,11 @@ def ensure_topics(cfg: Config) -> list[str]:
                              f"retention.ms={retention}")
             except TopicAlreadyExistsError:
                 lines.append(f"topic {name}: exists")
+        deadline = time.monotonic() + wait_s
+        while missing := set(wanted) - set(topic_partitions(admin)):
+            if time.monotonic() > deadline:
+                raise StackError(f"topics {sorted(missing)} not visible after {wait_s:.0f} s")
+            time.sleep(0.2)
         return lines
     finally:
         admin.close()

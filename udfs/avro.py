@@ -10,6 +10,7 @@ time. No schema-registry service is needed.
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 import re
@@ -58,6 +59,7 @@ class SchemaVersion:
     schema: dict[str, Any] = field(repr=False)  # as written in the file
     parsed: Any = field(repr=False)  # fastavro's parsed form
     fingerprint: bytes = b""  # 8 bytes, little-endian CRC-64-AVRO
+    content_hash: str = ""  # of the whole file's JSON, defaults and docs included
 
     @property
     def fingerprint_hex(self) -> str:
@@ -67,7 +69,8 @@ class SchemaVersion:
 def crc64_avro(schema: Mapping[str, Any] | str) -> bytes:
     """The 8-byte little-endian CRC-64-AVRO fingerprint of a schema's parsing canonical form."""
     canonical = to_parsing_canonical_form(parse_schema(schema, named_schemas={}))
-    return int(_fingerprint(canonical, "CRC-64-AVRO"), 16).to_bytes(8, "little")
+    # fastavro's hex string already lists the CRC's bytes least significant first.
+    return bytes.fromhex(_fingerprint(canonical, "CRC-64-AVRO"))
 
 
 def load_version(path: Path) -> SchemaVersion:
@@ -77,8 +80,9 @@ def load_version(path: Path) -> SchemaVersion:
     schema = json.loads(path.read_text(encoding="utf-8"))
     # Each version is parsed in its own name space: v1 and v2 share record names.
     parsed = parse_schema(schema, named_schemas={})
+    content = hashlib.sha256(json.dumps(schema, sort_keys=True).encode()).hexdigest()[:16]
     return SchemaVersion(match["name"], int(match["version"]), path, schema, parsed,
-                         crc64_avro(schema))
+                         crc64_avro(schema), content)
 
 
 class SchemaRegistry:
@@ -91,10 +95,13 @@ class SchemaRegistry:
         for path in sorted(directory.glob("*.avsc")):
             sv = load_version(path)
             self._by_name.setdefault(sv.name, []).append(sv)
-            if sv.fingerprint in self._by_fp:
-                other = self._by_fp[sv.fingerprint]
+            other = self._by_fp.get(sv.fingerprint)
+            if other is not None and other.name != sv.name:
                 raise ValueError(f"{path.name} has the same canonical form as {other.path.name}")
-            self._by_fp[sv.fingerprint] = sv
+            # Versions that differ only in defaults or docs share a fingerprint and a
+            # binary layout; any of them decodes the data, the newest is kept.
+            if other is None or other.version < sv.version:
+                self._by_fp[sv.fingerprint] = sv
         for name, versions in self._by_name.items():
             versions.sort(key=lambda v: v.version)
             numbers = [v.version for v in versions]
@@ -297,7 +304,7 @@ def load_examples(sv: SchemaVersion) -> list[dict[str, Any]]:
 
 
 def read_lock(reg: SchemaRegistry) -> dict[tuple[str, int], str]:
-    """(name, version) → fingerprint hex, from the directory's fingerprints.lock."""
+    """(name, version) → content hash, from the directory's fingerprints.lock."""
     out: dict[tuple[str, int], str] = {}
     for line in (reg.directory / "fingerprints.lock").read_text(encoding="utf-8").splitlines():
         line = line.split("#", 1)[0].strip()
@@ -318,10 +325,10 @@ def check_lock(reg: SchemaRegistry) -> list[str]:
             locked = lock.get((name, sv.version))
             if locked is None:
                 out.append(f"{sv.path.name} is not in fingerprints.lock: add "
-                           f"'{name} v{sv.version} {sv.fingerprint_hex}' once it is final")
-            elif locked != sv.fingerprint_hex:
+                           f"'{name} v{sv.version} {sv.content_hash}' once it is final")
+            elif locked != sv.content_hash:
                 out.append(f"{sv.path.name} changed after it was published (lock {locked}, "
-                           f"now {sv.fingerprint_hex}): add a new version instead")
+                           f"now {sv.content_hash}): add a new version instead")
     for name, version in sorted(set(lock) - present):
         out.append(f"{name}.v{version}.avsc is in fingerprints.lock but missing")
     return out

@@ -121,8 +121,8 @@ def _rule_for(path: str) -> Callable[[Any], str | None] | None:
 
 
 def _type_name(value: Any) -> str:
-    return {bool: "boolean", int: "integer", float: "number", str: "string", list: "list",
-            dict: "section"}.get(type(value), type(value).__name__)
+    return {bool: "a boolean", int: "an integer", float: "a number", str: "a string",
+            list: "a list of strings", dict: "a section"}.get(type(value), type(value).__name__)
 
 
 def _check_value(path: str, default: Any, value: Any, source: str) -> Any:
@@ -143,7 +143,7 @@ def _check_value(path: str, default: Any, value: Any, source: str) -> Any:
         raise ConfigError(f"{path}: unsupported default type {type(default).__name__}")
     if not ok:
         raise ConfigError(
-            f"{path}: expected a {_type_name(default)}, got {value!r}{where}")
+            f"{path}: expected {_type_name(default)}, got {value!r}{where}")
     rule = _rule_for(path)
     if rule is not None:
         problem = rule(value)
@@ -154,7 +154,7 @@ def _check_value(path: str, default: Any, value: Any, source: str) -> Any:
 
 def _merge(base: dict[str, Any], update: Mapping[str, Any], source: str, prefix: str = "") -> None:
     if not isinstance(update, Mapping):
-        raise ConfigError(f"{prefix or 'the configuration'}: expected a section (mapping), "
+        raise ConfigError(f"{prefix.rstrip('.') or 'the configuration'}: expected a section, "
                           f"got {update!r} (from {source})")
     for key, value in update.items():
         path = f"{prefix}{key}"

@@ -38,8 +38,10 @@ def job_jars(cfg: Config) -> list[str]:
     """
     jars = cfg["flink.jars"]
     if not jars:
-        from crawler.deps import connector_jar_path
-
+        try:
+            from crawler.deps import connector_jar_path
+        except ImportError:  # a job shipped without the tooling package
+            return []
         cached = connector_jar_path(cfg["flink.kafka_connector_version"])
         if cached.exists():
             jars = [str(cached)]

@@ -1,0 +1,201 @@
+import json
+import shutil
+
+import pytest
+
+from udfs.avro import (
+    MAGIC,
+    STATE_SCHEMAS,
+    TOPIC_SCHEMAS,
+    AvroDecodeError,
+    AvroEncodeError,
+    SchemaRegistry,
+    check_lock,
+    check_registry,
+    compatibility_problems,
+    crc64_avro,
+    load_examples,
+    registry,
+)
+from udfs.config import TOPIC_KEYS
+from udfs.deadletter import upgrade_record
+
+REG = registry()
+ALL_VERSIONS = [sv for name in REG.names() for sv in REG.versions(name)]
+
+
+def test_every_topic_and_state_record_has_a_schema():
+    assert set(TOPIC_SCHEMAS) == set(TOPIC_KEYS)
+    assert set(REG.names()) == set(TOPIC_SCHEMAS.values()) | set(STATE_SCHEMAS)
+
+
+@pytest.mark.parametrize("sv", ALL_VERSIONS, ids=lambda sv: f"{sv.name}.v{sv.version}")
+def test_examples_round_trip(sv):
+    examples = load_examples(sv)
+    assert examples, f"{sv.name}.v{sv.version} needs example records"
+    for record in examples:
+        data = REG.encode(sv.name, record)
+        assert data[:2] == MAGIC and data[2:10] == sv.fingerprint
+        assert REG.decode(sv.name, data) == record
+
+
+def test_published_schemas_are_locked_and_compatible():
+    assert check_lock(REG) == []
+    assert check_registry(REG) == []
+
+
+def test_fingerprint_is_crc64_avro_of_the_canonical_form():
+    # Whitespace, field order of JSON attributes and doc strings do not change it.
+    a = {"type": "record", "name": "R", "fields": [{"name": "x", "type": "int"}]}
+    b = {"fields": [{"type": "int", "name": "x", "doc": "d"}], "name": "R", "type": "record"}
+    assert crc64_avro(a) == crc64_avro(b)
+    assert crc64_avro(a) != crc64_avro({**a, "name": "S"})
+    # The Avro project's test vector: the schema "null" has fingerprint
+    # 7195948357588979594 (as Java's signed long); the header stores it little-endian.
+    assert int.from_bytes(crc64_avro("null"), "little", signed=True) == 7195948357588979594
+
+
+@pytest.mark.parametrize("data, reason", [
+    (b"", "missing C3 01 marker"),
+    (b"{json}", "missing C3 01 marker"),
+    (MAGIC + b"\x00" * 8 + b"\x02", "unknown writer schema fingerprint"),
+])
+def test_decode_rejects_with_a_reason(data, reason):
+    with pytest.raises(AvroDecodeError, match=reason):
+        REG.decode("discovered", data)
+
+
+def test_decode_rejects_wrong_schema_truncation_and_trailing_bytes():
+    record = load_examples(REG.latest("dead_letter"))[0]
+    data = REG.encode("dead_letter", record)
+    with pytest.raises(AvroDecodeError, match="written as dead_letter v1, expected discovered"):
+        REG.decode("discovered", data)
+    with pytest.raises(AvroDecodeError, match="corrupt dead_letter v1 body"):
+        REG.decode("dead_letter", data[:-5])
+    with pytest.raises(AvroDecodeError, match="trailing bytes"):
+        REG.decode("dead_letter", data + b"\x00")
+    with pytest.raises(AvroDecodeError, match="expected bytes"):
+        REG.decode("dead_letter", "text")
+
+
+def test_encode_validates():
+    with pytest.raises(AvroEncodeError, match="discovered v1"):
+        REG.encode("discovered", {"source": "LINK", "links": []})  # discovered_at_ms missing
+    with pytest.raises(AvroEncodeError):
+        REG.encode("lease", {**load_examples(REG.latest("lease"))[0], "kind": "VIDEO"})
+
+
+def test_upgrade_record_routes_bad_input_to_a_dead_letter():
+    good = REG.encode("discovered", load_examples(REG.latest("discovered"))[0])
+    ok, out = upgrade_record(REG, "discovered", good, stage="s", source_topic="t", now_ms=5)
+    assert ok and REG.decode("discovered", out) == REG.decode("discovered", good)
+    ok, out = upgrade_record(REG, "discovered", b"junk", stage="s", source_topic="t", now_ms=5)
+    letter = REG.decode("dead_letter", out)
+    assert not ok
+    assert letter["payload"] == b"junk" and letter["source_topic"] == "t" and letter["at_ms"] == 5
+    assert "C3 01" in letter["reason"] and letter["error_type"] == "AvroDecodeError"
+
+
+# --- compatibility rules -------------------------------------------------------------
+
+BASE = {"type": "record", "name": "R", "namespace": "crawl", "fields": [
+    {"name": "id", "type": "string"},
+    {"name": "n", "type": "int"},
+    {"name": "kind", "type": {"type": "enum", "name": "K", "symbols": ["A", "B"]}},
+    {"name": "tags", "type": {"type": "array", "items": "string"}},
+]}
+
+
+def _with(fields_change):
+    s = json.loads(json.dumps(BASE))
+    fields_change(s["fields"])
+    return s
+
+
+@pytest.mark.parametrize("change", [
+    lambda f: f.append({"name": "extra", "type": ["null", "string"], "default": None}),
+    lambda f: f.__setitem__(1, {"name": "n", "type": "long"}),  # int → long promotion
+    lambda f: f.__setitem__(1, {"name": "n", "type": ["null", "int"]}),  # widened to a union
+    lambda f: f.pop(3),  # a field the reader no longer wants
+    lambda f: f.__setitem__(2, {"name": "kind", "type": {"type": "enum", "name": "K",
+                                                         "symbols": ["A", "B", "C"]}}),
+    lambda f: f.__setitem__(0, {"name": "ident", "aliases": ["id"], "type": "string"}),
+])
+def test_compatible_changes(change):
+    assert compatibility_problems(_with(change), BASE) == []
+
+
+@pytest.mark.parametrize("change, problem", [
+    (lambda f: f.append({"name": "extra", "type": "string"}), "new field without a default"),
+    (lambda f: f.__setitem__(1, {"name": "n", "type": "string"}), "written as int, read as string"),
+    (lambda f: f.__setitem__(2, {"name": "kind", "type": {"type": "enum", "name": "K",
+                                                          "symbols": ["A"]}}), "symbols ['B']"),
+    (lambda f: f.__setitem__(0, {"name": "ident", "type": "string"}), "ident: new field"),
+    (lambda f: f.__setitem__(3, {"name": "tags", "type": {"type": "array", "items": "int"}}),
+     "tags[]: written as string"),
+])
+def test_incompatible_changes_are_named(change, problem):
+    problems = compatibility_problems(_with(change), BASE)
+    assert problems and problem in " ".join(problems)
+
+
+def test_narrowing_a_union_is_incompatible():
+    wide = _with(lambda f: f.__setitem__(1, {"name": "n", "type": ["null", "int"]}))
+    assert "n<null>: written as null, read as int" in " ".join(compatibility_problems(BASE, wide))
+    union_reader = _with(lambda f: f.__setitem__(1, {"name": "n", "type": ["null", "long"]}))
+    string_writer = _with(lambda f: f.__setitem__(1, {"name": "n", "type": "boolean"}))
+    assert "no branch" in " ".join(compatibility_problems(union_reader, string_writer))
+
+
+def test_record_rename_needs_an_alias():
+    renamed = {**BASE, "name": "Other"}
+    assert compatibility_problems(renamed, BASE)
+    assert compatibility_problems({**renamed, "aliases": ["R"]}, BASE) == []
+
+
+# --- a registry with two versions: the evolution path a future change will take ---------
+
+@pytest.fixture
+def evolved(tmp_path):
+    src = REG.latest("lease")
+    shutil.copy(src.path, tmp_path / "lease.v1.avsc")
+    v2 = json.loads(src.path.read_text())
+    v2["fields"].append({"name": "policy_version", "type": "long", "default": 0})
+    (tmp_path / "lease.v2.avsc").write_text(json.dumps(v2))
+    reg = SchemaRegistry(tmp_path)
+    lock = [f"lease v{sv.version} {sv.content_hash}" for sv in reg.versions("lease")]
+    (tmp_path / "fingerprints.lock").write_text("\n".join(lock) + "\n")
+    return reg
+
+
+def test_new_version_reads_old_data(evolved):
+    old = load_examples(REG.latest("lease"))[0]
+    v1 = evolved.versions("lease")[0]
+    import io
+
+    import fastavro
+
+    buf = io.BytesIO()
+    buf.write(MAGIC + v1.fingerprint)
+    fastavro.schemaless_writer(buf, v1.parsed, old)
+    read = evolved.decode("lease", buf.getvalue())
+    assert read == {**old, "policy_version": 0}
+    assert check_registry(evolved) == [] and check_lock(evolved) == []
+
+
+def test_incompatible_new_version_and_edited_published_version_are_caught(evolved, tmp_path):
+    v2 = json.loads((tmp_path / "lease.v2.avsc").read_text())
+    v2["fields"][-1].pop("default")
+    (tmp_path / "lease.v2.avsc").write_text(json.dumps(v2))
+    reg = SchemaRegistry(tmp_path)
+    assert any("policy_version: new field without a default" in p for p in check_registry(reg))
+    assert any("changed after it was published" in p for p in check_lock(reg))
+
+
+def test_unlocked_version_and_version_gaps(tmp_path):
+    shutil.copy(REG.latest("lease").path, tmp_path / "lease.v1.avsc")
+    (tmp_path / "fingerprints.lock").write_text("")
+    assert "not in fingerprints.lock" in check_lock(SchemaRegistry(tmp_path))[0]
+    shutil.move(tmp_path / "lease.v1.avsc", tmp_path / "lease.v2.avsc")
+    with pytest.raises(ValueError, match="without gaps"):
+        SchemaRegistry(tmp_path)
