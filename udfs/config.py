@@ -19,6 +19,8 @@ from urllib.parse import urlsplit
 
 import yaml
 
+from udfs.core.robots import valid_user_agent
+
 DEFAULTS_PATH = Path(__file__).with_name("crawler-default.yaml")
 ENV_PREFIX = "CRAWL__"
 ENV_CONFIG_FILE = "CRAWL_CONFIG"
@@ -83,6 +85,14 @@ _RULES: dict[str, Callable[[Any], str | None]] = {
     "topics.*.name": _topic_name,
     "topics.*.partitions": _between(1, 10000),
     "topics.*.retention_ms": _retention,
+    "robots.user_agent": lambda v: None if valid_user_agent(v)
+    else "must be a product token of letters, '_' and '-' (RFC 9309 2.2.1)",
+    "robots.cache_ttl_s": _between(60, 86400, "RFC 9309: refresh within 24 h"),
+    "robots.max_redirects": _between(0, 20),
+    "robots.retry_base_s": _between(1, 86400),
+    "robots.retry_max_s": _between(1, 86400),
+    "robots.crawl_delay": _one_of("honor", "ignore"),
+    "robots.crawl_delay_cap_s": _between(0, 3600),
     "storage.backend": _one_of("local", "s3"),
     "storage.local_dir": lambda v: None if v else "must not be empty",
     "s3.endpoint_url": _endpoint,

@@ -1,0 +1,143 @@
+"""URL normalization: parse as browsers do (WHATWG), then RFC 3986 section 6 normalization.
+
+`normalize_url` is the one place that decides whether two strings are the same
+URL; every later stage (dedup keys, host_key, robots paths, traps) trusts it.
+Parsing is done by ada (the WHATWG URL parser behind Node.js): it resolves
+relative references, lower-cases scheme and host, converts IDNs to punycode,
+drops default ports and removes dot segments. On top of that we decode
+percent-encoded unreserved characters, upper-case the remaining escapes, drop
+the fragment and userinfo, and remove only the query parameters the
+configured drop list names; everything else in the query keeps its order.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+from functools import lru_cache
+
+from ada_url import URL
+
+_ESCAPE = re.compile(r"%([0-9A-Fa-f]{2})")
+_UNRESERVED = frozenset(
+    b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~")
+
+
+@dataclass(frozen=True)
+class UrlPolicy:
+    """Which query parameters are tracking or session noise (names, case-insensitive).
+
+    A name ending in "*" is a prefix ("utm_*"). Path parameters of the form
+    ";name=value" are dropped for the same names (";jsessionid=...").
+    """
+
+    drop_params: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        exact = {p.lower() for p in self.drop_params if not p.endswith("*")}
+        prefixes = tuple(p[:-1].lower() for p in self.drop_params if p.endswith("*"))
+        object.__setattr__(self, "_exact", frozenset(exact))
+        object.__setattr__(self, "_prefixes", prefixes)
+
+    def drops(self, name: str) -> bool:
+        n = name.lower()
+        return n in self._exact or (bool(self._prefixes) and n.startswith(self._prefixes))
+
+    @classmethod
+    def from_names(cls, names: Iterable[str]) -> UrlPolicy:
+        return cls(tuple(names))
+
+
+@lru_cache(maxsize=1)
+def default_policy() -> UrlPolicy:
+    """The policy of the defaults file (`urls.drop_query_params`)."""
+    from udfs.config import load_defaults
+
+    return UrlPolicy.from_names(load_defaults()["urls"]["drop_query_params"])
+
+
+def _fix_escapes(text: str) -> str:
+    """Decode %XX of unreserved characters; upper-case every other escape."""
+    if "%" not in text:
+        return text
+
+    def repl(m: re.Match[str]) -> str:
+        value = int(m.group(1), 16)
+        return chr(value) if value in _UNRESERVED else "%" + m.group(1).upper()
+
+    return _ESCAPE.sub(repl, text)
+
+
+def _drop_path_params(path: str, policy: UrlPolicy) -> str:
+    """Remove ";name=value" path parameters the policy names (e.g. ;jsessionid=...)."""
+    if ";" not in path or not policy.drop_params:
+        return path
+    segments = []
+    for segment in path.split("/"):
+        if ";" in segment:
+            head, *params = segment.split(";")
+            kept = [p for p in params if not policy.drops(p.split("=", 1)[0])]
+            segment = ";".join([head, *kept])
+        segments.append(segment)
+    return "/".join(segments)
+
+
+def _filter_query(query: str, policy: UrlPolicy) -> str:
+    """The query without dropped parameters, order and repeated keys kept ("" if none left)."""
+    if not policy.drop_params:
+        return query
+    parts = query.split("&")
+    kept = [p for p in parts if not policy.drops(_fix_escapes(p.split("=", 1)[0]))]
+    if len(kept) == len(parts):
+        return query
+    return "&".join(kept)
+
+
+def normalize_url(raw: str, base: str | None = None, policy: UrlPolicy | None = None
+                  ) -> str | None:
+    """The normalized absolute http(s) URL of `raw` (resolved against `base`), else None.
+
+    Never raises: anything that is not a valid http(s) URL gives None.
+    """
+    if not isinstance(raw, str) or (base is not None and not isinstance(base, str)):
+        return None
+    policy = default_policy() if policy is None else policy
+    try:
+        url = URL(raw, base) if base is not None else URL(raw)
+    except (ValueError, UnicodeError):
+        return None
+    scheme = url.protocol
+    if scheme not in ("http:", "https:") or not url.hostname:
+        return None
+    path = _drop_path_params(_fix_escapes(url.pathname), policy) or "/"
+    search = url.search  # "" or "?..." (a lone "?" is reported as "")
+    if search:
+        query = _filter_query(_fix_escapes(search[1:]), policy)
+        search = "?" + query if query else ""
+    elif url.href.split("#", 1)[0].endswith("?"):
+        search = "?"  # an empty query is not the same resource as no query
+    return f"{scheme}//{url.host}{path}{search}"
+
+
+def host_key(url: str) -> str:
+    """scheme://authority of a URL (lower-case host, default port dropped).
+
+    Raises ValueError for anything that is not an http(s) URL.
+    """
+    try:
+        parsed = URL(url)
+    except (ValueError, UnicodeError):
+        raise ValueError(f"not a URL: {url!r}") from None
+    if parsed.protocol not in ("http:", "https:") or not parsed.hostname:
+        raise ValueError(f"not an http(s) URL: {url!r}")
+    return f"{parsed.protocol}//{parsed.host}"
+
+
+def split_host_key(url: str) -> tuple[str, str]:
+    """(host_key, path-and-query) of a normalized URL, without parsing it again."""
+    scheme_end = url.index("//") + 2
+    slash = url.find("/", scheme_end)
+    if slash < 0:
+        return url, "/"
+    return url[:slash], url[slash:]
