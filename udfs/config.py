@@ -73,6 +73,17 @@ def _endpoint(v: str) -> str | None:
     return None
 
 
+def _networks(v: list[str]) -> str | None:
+    import ipaddress
+
+    for item in v:
+        try:
+            ipaddress.ip_network(item, strict=False)
+        except ValueError:
+            return f"{item!r} is not a network in CIDR notation"
+    return None
+
+
 def _retention(v: int) -> str | None:
     return None if v == -1 or v >= 1 else "must be -1 (forever) or a positive number of ms"
 
@@ -93,6 +104,15 @@ _RULES: dict[str, Callable[[Any], str | None]] = {
     "robots.retry_max_s": _between(1, 86400),
     "robots.crawl_delay": _one_of("honor", "ignore"),
     "robots.crawl_delay_cap_s": _between(0, 3600),
+    "traps.max_depth": _between(0, 1000),
+    "traps.max_url_length": _between(64, 65536),
+    "traps.max_query_params": _between(0, 1000),
+    "traps.max_segment_repeats": _between(1, 1000),
+    "traps.template_budget": _at_least(1),
+    "traps.template_sample_every": _at_least(1),
+    "traps.max_templates_per_host": _at_least(1),
+    "traps.host_daily_pages": _at_least(1),
+    "fetch.allowed_networks": _networks,
     "storage.backend": _one_of("local", "s3"),
     "storage.local_dir": lambda v: None if v else "must not be empty",
     "s3.endpoint_url": _endpoint,

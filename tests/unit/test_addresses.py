@@ -1,0 +1,80 @@
+"""SSRF address classification and the allowlist. No traffic: addresses are only classified."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from udfs.config import ConfigError, load_config, load_defaults
+from udfs.core.addresses import AddressClass as C
+from udfs.core.addresses import AddressPolicy, classify
+
+
+@pytest.mark.parametrize("address, cls", [
+    ("8.8.8.8", C.PUBLIC), ("1.1.1.1", C.PUBLIC), ("2606:4700:4700::1111", C.PUBLIC),
+    ("127.0.0.1", C.LOOPBACK), ("127.255.0.9", C.LOOPBACK), ("::1", C.LOOPBACK),
+    ("10.1.2.3", C.PRIVATE), ("172.16.0.1", C.PRIVATE), ("172.31.255.255", C.PRIVATE),
+    ("192.168.1.1", C.PRIVATE), ("fd12:3456::1", C.PRIVATE), ("fec0::1", C.PRIVATE),
+    ("172.32.0.1", C.PUBLIC), ("169.254.1.1", C.LINK_LOCAL), ("fe80::1", C.LINK_LOCAL),
+    ("100.64.0.1", C.CGNAT), ("100.127.255.254", C.CGNAT), ("224.0.0.1", C.MULTICAST),
+    ("239.255.255.250", C.MULTICAST), ("ff02::1", C.MULTICAST),
+    ("255.255.255.255", C.BROADCAST), ("0.0.0.0", C.UNSPECIFIED), ("0.1.2.3", C.UNSPECIFIED),
+    ("::", C.UNSPECIFIED), ("192.0.2.10", C.RESERVED), ("198.51.100.1", C.RESERVED),
+    ("203.0.113.5", C.RESERVED), ("198.18.0.1", C.RESERVED), ("240.0.0.1", C.RESERVED),
+    ("2001:db8::1", C.RESERVED), ("2001:0::1", C.RESERVED), ("100::1", C.RESERVED),
+    ("4000::1", C.RESERVED),
+    # cloud metadata, before the ranges it sits in
+    ("169.254.169.254", C.CLOUD_METADATA), ("fd00:ec2::254", C.CLOUD_METADATA),
+    ("169.254.170.2", C.CLOUD_METADATA), ("100.100.100.200", C.CLOUD_METADATA),
+    # IPv6 forms that carry an IPv4 address are judged by it
+    ("::ffff:127.0.0.1", C.LOOPBACK), ("::ffff:10.0.0.1", C.PRIVATE),
+    ("::ffff:169.254.169.254", C.CLOUD_METADATA), ("::ffff:8.8.8.8", C.PUBLIC),
+    ("64:ff9b::a9fe:a9fe", C.CLOUD_METADATA), ("64:ff9b::808:808", C.PUBLIC),
+    ("2002:7f00:1::", C.LOOPBACK), ("2002:c0a8:101::1", C.PRIVATE), ("::127.0.0.1", C.LOOPBACK),
+    ("[::1]", C.LOOPBACK), ("fe80::1%eth0", C.LINK_LOCAL),
+    ("localhost", C.INVALID), ("", C.INVALID), ("1.2.3", C.INVALID), ("999.1.1.1", C.INVALID),
+])
+def test_classify(address, cls):
+    assert classify(address) is cls
+
+
+def test_default_policy_allows_only_public():
+    policy = AddressPolicy.from_networks(load_defaults()["fetch"]["allowed_networks"])
+    assert policy.check("8.8.8.8") is None
+    for blocked in ("127.0.0.1", "::1", "10.0.0.1", "169.254.169.254", "::ffff:127.0.0.1",
+                    "100.64.0.1", "0.0.0.0", "224.0.0.1", "fd00:ec2::254", "not-an-ip"):
+        reason = policy.check(blocked)
+        assert reason is not None and (classify(blocked).value in reason or "not an IP" in reason)
+
+
+def test_allowlist_for_tests_allows_loopback_only():
+    policy = AddressPolicy.from_networks(["127.0.0.0/8"])
+    assert policy.check("127.0.0.1") is None and policy.check("127.3.4.5") is None
+    assert policy.check("::ffff:127.0.0.1") is None
+    assert policy.check("::1") is not None  # an IPv4 network does not allow IPv6 loopback
+    assert policy.check("10.0.0.1") == "address 10.0.0.1 is private"
+    assert policy.check("169.254.169.254") is not None
+
+
+def test_metadata_needs_its_own_entry():
+    assert AddressPolicy.from_networks(["169.254.0.0/16"]).check("169.254.169.254") is not None
+    assert AddressPolicy.from_networks(["169.254.0.0/16"]).check("169.254.1.1") is None
+    assert AddressPolicy.from_networks(["169.254.169.254/32"]).check("169.254.169.254") is None
+
+
+def test_allowed_networks_are_validated_in_configuration():
+    cfg = load_config(env={}, overrides=["fetch.allowed_networks=[127.0.0.0/8, '::1/128']"])
+    assert cfg["fetch.allowed_networks"] == ["127.0.0.0/8", "::1/128"]
+    with pytest.raises(ConfigError, match="fetch.allowed_networks: 'nope' is not a network"):
+        load_config(env={}, overrides=["fetch.allowed_networks=[nope]"])
+
+
+@given(st.ip_addresses())
+def test_every_address_has_a_class_and_public_ones_agree_with_ipaddress(ip):
+    cls = classify(ip)
+    assert cls is not C.INVALID
+    if cls is C.PUBLIC:
+        assert ip.is_global or (ip.version == 6 and ip.ipv4_mapped is not None)
+    if not ip.is_global and not (ip.version == 6 and (ip.ipv4_mapped or ip.sixtofour)):
+        assert cls is not C.PUBLIC
