@@ -157,3 +157,37 @@ def test_huge_input_is_capped():
     parsed = parse_robots(data)
     assert parsed.stats.truncated
     assert parsed.stats.directives <= MAX_ROBOTS_BYTES // 13 + 1
+
+
+def _reference_allowed(rules: list[tuple[bool, str]], path: str) -> bool:
+    """Longest match, Allow on ties, by scanning every rule (written for the test)."""
+    import re
+
+    best = (-1, True)
+    for allow, pattern in rules:
+        if not pattern:
+            continue
+        anchored = pattern.endswith("$")
+        body = pattern[:-1] if anchored else pattern
+        regex = ".*".join(re.escape(x) for x in body.split("*")) + (r"\Z" if anchored else "")
+        if re.match(regex, path, re.DOTALL):
+            if len(pattern) > best[0] or (len(pattern) == best[0] and allow):
+                best = (len(pattern), allow)
+    return best[1]
+
+
+PATTERN = (st.lists(st.sampled_from(["/", "a", "b", "*", ".", "?", "=", "x"]), max_size=6)
+           .map("".join).map(lambda p: p if p.startswith(("/", "*")) else "/" + p))
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.tuples(st.booleans(), PATTERN, st.booleans()), max_size=12),
+       st.lists(st.sampled_from(["/", "a", "b", ".", "?", "=", "x"]), max_size=8).map("".join))
+def test_indexed_matcher_agrees_with_a_full_scan(rules, tail):
+    rules = [(allow, p + ("$" if end and not p.endswith("$") else "")) for allow, p, end in rules]
+    text = "User-agent: *\n" + "".join(
+        f"{'Allow' if a else 'Disallow'}: {p}\n" for a, p in rules)
+    path = "/" + tail
+    got = parse_robots(text).is_allowed("bot", "http://h" + path)
+    # index.html is Google's extra rule; the generated patterns never contain it.
+    assert got == _reference_allowed(rules, path)

@@ -204,3 +204,12 @@ def test_never_raises_on_sitemap_like_bytes(data, zipped):
     r = parse_sitemap(gzip.compress(data) if zipped else data)
     assert all(e.url.startswith("http") for e in r.entries)
     assert all(e.priority is None or 0 <= e.priority <= 1 for e in r.entries)
+
+
+def test_extensions_nested_in_an_entry_do_not_replace_its_loc():
+    data = (b'<urlset xmlns="http://www.sitemaps.org/schemas/sitemap/0.9" '
+            b'xmlns:image="http://www.google.com/schemas/sitemap-image/1.1">'
+            b"<url><image:image><image:loc>http://a.com/i.jpg</image:loc></image:image>"
+            b"<loc>http://a.com/page</loc></url></urlset>")
+    r = parse_sitemap(data)
+    assert r.ok and [e.url for e in r.entries] == ["http://a.com/page"]

@@ -119,29 +119,41 @@ class ParseStats:
 
 
 class _RuleSet:
-    """Merged rules of the groups that apply to one agent, indexed for fast longest match."""
+    """Merged rules of the groups that apply to one agent, indexed for fast longest match.
+
+    A pattern can only match a path that starts with its literal head (the text
+    before its first "*"), so every rule is filed under that head and a check
+    looks up the path's prefixes of the lengths present: O(distinct head
+    lengths) dictionary probes plus the few wildcard rules whose head matched,
+    instead of a scan of every rule.
+    """
 
     def __init__(self, rules: Iterable[Rule]) -> None:
         self.prefix: dict[str, bool] = {}  # literal pattern → allow (True if any Allow)
         self.exact: dict[str, bool] = {}  # literal pattern that ended with "$"
-        wild: dict[str, bool] = {}
+        merged: dict[str, bool] = {}
         for rule in rules:
             p = rule.pattern
             if not p:
                 continue  # "Disallow:" with no value restricts nothing
             if "*" in p or ("$" in p[:-1]):
-                wild[p] = wild.get(p, False) or rule.allow
+                merged[p] = merged.get(p, False) or rule.allow
             elif p.endswith("$"):
                 self.exact[p[:-1]] = self.exact.get(p[:-1], False) or rule.allow
             else:
                 self.prefix[p] = self.prefix.get(p, False) or rule.allow
             if rule.allow and p.endswith("/index.html"):
                 # Google: allowing ".../index.html" allows the directory URL ".../" too.
-                d = p[: -len("index.html")]
-                self.exact[d] = True
+                self.exact[p[: -len("index.html")]] = True
+        # Wildcard rules by literal head; each list longest first, Allow first on ties.
+        self.wild: dict[str, list[tuple[int, bool, str]]] = {}
+        for p, allow in merged.items():
+            head = p.split("*", 1)[0]
+            self.wild.setdefault(head, []).append((len(p), allow, p))
+        for entries in self.wild.values():
+            entries.sort(key=lambda t: (-t[0], not t[1]))
         self.prefix_lengths = sorted({len(p) for p in self.prefix}, reverse=True)
-        self.wild = sorted(((len(p), allow, _compile(p)) for p, allow in wild.items()),
-                           key=lambda t: (-t[0], not t[1]))
+        self.head_lengths = sorted({len(h) for h in self.wild})
         self.empty = not (self.prefix or self.exact or self.wild)
 
     def allowed(self, path: str) -> bool:
@@ -156,19 +168,23 @@ class _RuleSet:
                     best_len, best_allow = length, allow
                     break
         allow = self.exact.get(path)
-        if allow is not None and n + 1 >= best_len:
-            if n + 1 > best_len or allow:
-                best_len, best_allow = n + 1, allow
-        for length, allow, regex in self.wild:
-            if length < best_len or (length == best_len and (best_allow or not allow)):
+        if allow is not None and (n + 1 > best_len or (n + 1 == best_len and allow)):
+            best_len, best_allow = n + 1, allow
+        for head_len in self.head_lengths:
+            if head_len > n:
                 break
-            if regex.match(path):
-                best_len, best_allow = length, allow
-                break
+            for length, allow, pattern in self.wild.get(path[:head_len], ()):
+                if length < best_len or (length == best_len and (best_allow or not allow)):
+                    break
+                if _compile(pattern).match(path):
+                    best_len, best_allow = length, allow
+                    break
         return best_allow
 
 
+@lru_cache(maxsize=65536)
 def _compile(pattern: str) -> re.Pattern[str]:
+    """A wildcard pattern as a regex, compiled on first use (most are never needed)."""
     anchored = pattern.endswith("$")
     body = pattern[:-1] if anchored else pattern
     parts = [re.escape(part) for part in re.sub(r"\*+", "*", body).split("*")]

@@ -134,45 +134,50 @@ def _add(result: SitemapResult, loc: str | None, base: str | None, host: str | N
     return True
 
 
+_FIELDS = ("loc", "lastmod", "priority", "changefreq")
+
+
 def _parse_xml(chunks, result: SitemapResult, base: str | None, host: str | None) -> None:
+    # End events only: an entry's fields are the direct children of a <url> or
+    # <sitemap> that is itself a child of the root (so image:loc and other
+    # extensions nested deeper never replace the page's own <loc>).
     parser = etree.XMLPullParser(
-        events=("start", "end"), resolve_entities=False, load_dtd=False, no_network=True,
+        events=("end",), resolve_entities=False, load_dtd=False, no_network=True,
         huge_tree=False, remove_comments=True, remove_pis=True)
-    fields: dict[str, str] = {}
-    depth = 0
+    root = None
     try:
         for chunk in chunks:
             parser.feed(chunk)
-            for event, elem in parser.read_events():
-                name = _local(elem.tag)
-                if event == "start":
-                    depth += 1
-                    if depth == 1:
-                        result.kind = name if name in ("urlset", "sitemapindex") else "unknown"
-                        if elem.getroottree().docinfo.internalDTD is not None:
-                            result.errors.append("DOCTYPE with an internal subset; entities "
-                                                 "were not expanded")
-                    elif depth == 2:
-                        fields = {}
+            for _, elem in parser.read_events():
+                if root is None:
+                    root = elem.getroottree().getroot()
+                    name = _local(root.tag)
+                    result.kind = name if name in ("urlset", "sitemapindex") else "unknown"
+                    if elem.getroottree().docinfo.internalDTD is not None:
+                        result.errors.append("DOCTYPE with an internal subset; entities "
+                                             "were not expanded")
+                parent = elem.getparent()
+                if parent is not root or elem is root:
                     continue
-                depth -= 1
-                if depth == 2 and name in ("loc", "lastmod", "priority", "changefreq"):
-                    # An unexpanded entity reference makes the value meaningless.
-                    has_entity = any(isinstance(c, etree._Entity) for c in elem)
-                    fields[name] = "" if has_entity else "".join(elem.itertext())
-                elif depth == 1:
-                    if name in ("url", "sitemap") and not _add(
-                            result, fields.get("loc"), base, host, fields.get("lastmod"),
-                            fields.get("priority"), fields.get("changefreq")):
+                if _local(elem.tag) in ("url", "sitemap"):
+                    fields: dict[str, str] = {}
+                    for child in elem:
+                        name = _local(child.tag)
+                        if name in _FIELDS and name not in fields:
+                            # An unexpanded entity reference makes the value meaningless.
+                            bad = any(isinstance(c, etree._Entity) for c in child)
+                            fields[name] = "" if bad else "".join(child.itertext())
+                    if not _add(result, fields.get("loc"), base, host, fields.get("lastmod"),
+                                fields.get("priority"), fields.get("changefreq")):
                         return
-                    elem.clear()  # keep memory flat on 50 MB files, whatever the elements
-                    parent = elem.getparent()
-                    if parent is not None:
-                        while elem.getprevious() is not None:
-                            del parent[0]
+                elem.clear()  # keep memory flat on 50 MB files, whatever the elements
+                while elem.getprevious() is not None:
+                    del root[0]
         parser.close()
     except etree.XMLSyntaxError as exc:
         result.errors.append(f"malformed XML: {exc}")
+    if root is None and not result.errors:
+        result.errors.append("no XML element found")
     if result.kind == "unknown":
         result.errors.append("root element is neither urlset nor sitemapindex")
 

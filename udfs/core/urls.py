@@ -18,6 +18,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from ada_url import URL
+from ada_url import join_url as _ada_join
+from ada_url import normalize_url as _ada_normalize
 
 _ESCAPE = re.compile(r"%([0-9A-Fa-f]{2})")
 _UNRESERVED = frozenset(
@@ -102,22 +104,34 @@ def normalize_url(raw: str, base: str | None = None, policy: UrlPolicy | None = 
     """
     if not isinstance(raw, str) or (base is not None and not isinstance(base, str)):
         return None
-    policy = default_policy() if policy is None else policy
     try:
-        url = URL(raw, base) if base is not None else URL(raw)
+        href = _ada_join(base, raw) if base is not None else _ada_normalize(raw)
     except (ValueError, UnicodeError):
         return None
-    scheme = url.protocol
-    if scheme not in ("http:", "https:") or not url.hostname:
+    # ada returns the WHATWG serialization, so plain string splitting is exact:
+    # special schemes always have "//" and a path, "#" and "?" inside a path
+    # or query are percent-encoded, and "@" inside userinfo too.
+    if href.startswith("http://"):
+        scheme, rest = "http://", href[7:]
+    elif href.startswith("https://"):
+        scheme, rest = "https://", href[8:]
+    else:
         return None
-    path = _drop_path_params(_fix_escapes(url.pathname), policy) or "/"
-    search = url.search  # "" or "?..." (a lone "?" is reported as "")
-    if search:
-        query = _filter_query(_fix_escapes(search[1:]), policy)
-        search = "?" + query if query else ""
-    elif url.href.split("#", 1)[0].endswith("?"):
-        search = "?"  # an empty query is not the same resource as no query
-    return f"{scheme}//{url.host}{path}{search}"
+    rest = rest.split("#", 1)[0]
+    slash = rest.find("/")
+    authority, path_query = (rest, "/") if slash < 0 else (rest[:slash], rest[slash:])
+    host = authority.rsplit("@", 1)[-1]
+    if not host or host.startswith(":"):
+        return None
+    path, sep, query = path_query.partition("?")
+    path = _drop_path_params(_fix_escapes(path), default_policy() if policy is None else policy)
+    if sep:
+        if query:
+            query = _filter_query(_fix_escapes(query), default_policy() if policy is None
+                                  else policy)
+            sep = "?" if query else ""
+        # else: an empty query is not the same resource as no query; keep the "?"
+    return f"{scheme}{host}{path or '/'}{sep}{query}"
 
 
 def host_key(url: str) -> str:

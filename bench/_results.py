@@ -1,0 +1,53 @@
+"""Shared by the benchmarks: print figures and record them in bench/RESULTS.md.
+
+Each benchmark owns one section of RESULTS.md (between HTML comment markers),
+replaced on every run, with the command that produced it and the machine.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import re
+import sys
+import time
+from pathlib import Path
+
+RESULTS = Path(__file__).with_name("RESULTS.md")
+HEADER = """# Benchmark results
+
+Figures from the benchmarks in this folder, each section written by the command
+it names. Machines here are noisy: compare the ratios within one section (they
+are measured side by side in one run), not absolute figures across sections.
+"""
+
+
+def timed(fn, *, min_seconds: float = 1.0, max_rounds: int = 1_000_000) -> tuple[int, float]:
+    """Call fn() repeatedly for at least min_seconds (bounded); (calls, seconds)."""
+    calls, start = 0, time.perf_counter()
+    while True:
+        fn()
+        calls += 1
+        elapsed = time.perf_counter() - start
+        if elapsed >= min_seconds or calls >= max_rounds:
+            return calls, elapsed
+
+
+def record(name: str, title: str, rows: list[tuple[str, str]], notes: str = "") -> None:
+    """Print rows and replace the section `name` of RESULTS.md."""
+    command = "python " + " ".join([os.path.relpath(sys.argv[0])] + sys.argv[1:])
+    width = max(len(k) for k, _ in rows)
+    print(f"## {title}")
+    for key, value in rows:
+        print(f"  {key:<{width}}  {value}")
+    table = "\n".join(f"| {k} | {v} |" for k, v in rows)
+    body = (f"<!-- {name}:start -->\n## {title}\n\n`{command}` on "
+            f"{time.strftime('%Y-%m-%d')}, {os.cpu_count()} cores, Python "
+            f"{platform.python_version()}\n\n| measure | value |\n| --- | --- |\n{table}\n"
+            + (f"\n{notes}\n" if notes else "") + f"<!-- {name}:end -->")
+    text = RESULTS.read_text(encoding="utf-8") if RESULTS.exists() else HEADER
+    pattern = re.compile(rf"<!-- {re.escape(name)}:start -->.*?<!-- {re.escape(name)}:end -->",
+                         re.DOTALL)
+    text = pattern.sub(lambda _: body, text) if pattern.search(text) else \
+        text.rstrip("\n") + "\n\n" + body
+    RESULTS.write_text(text.rstrip("\n") + "\n", encoding="utf-8")
