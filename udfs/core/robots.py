@@ -424,8 +424,12 @@ def fetch_due(state: RobotsState, now: float) -> bool:
     return now >= state.expires_at
 
 
-def decide(state: RobotsState, url: str, now: float, policy: RobotsPolicy) -> Verdict:
-    """May `url` be leased now under this host's robots state?"""
+def decide(state: RobotsState, url: str, now: float, policy: RobotsPolicy,
+           parsed: RobotsTxt | None = None) -> Verdict:
+    """May `url` be leased now under this host's robots state?
+
+    `parsed` is the caller's parse of `state.body`, to spare a parse per URL.
+    """
     if state.status is RobotsStatus.UNKNOWN:
         return Verdict.NEED_ROBOTS
     if not state.failures and now >= state.expires_at:
@@ -434,13 +438,15 @@ def decide(state: RobotsState, url: str, now: float, policy: RobotsPolicy) -> Ve
         return Verdict.DISALLOWED
     if state.status is RobotsStatus.ALLOW_ALL:
         return Verdict.ALLOWED
-    allowed = is_allowed(state.body or "", policy.user_agent, url)
-    return Verdict.ALLOWED if allowed else Verdict.DISALLOWED
+    rules = parsed if parsed is not None else parse_robots(state.body or "")
+    return Verdict.ALLOWED if rules.is_allowed(policy.user_agent, url) else Verdict.DISALLOWED
 
 
-def crawl_delay_s(state: RobotsState, policy: RobotsPolicy) -> float:
+def crawl_delay_s(state: RobotsState, policy: RobotsPolicy,
+                  parsed: RobotsTxt | None = None) -> float:
     """The Crawl-delay to honour for the host (0 when none or ignored), capped."""
     if policy.crawl_delay != "honor" or state.status is not RobotsStatus.RULES:
         return 0.0
-    delay = parse_robots(state.body or "").crawl_delay(policy.user_agent)
+    rules = parsed if parsed is not None else parse_robots(state.body or "")
+    delay = rules.crawl_delay(policy.user_agent)
     return min(delay, policy.crawl_delay_cap_s) if delay else 0.0

@@ -39,7 +39,6 @@ class TrapPolicy:
     template_budget: int = 5000
     template_sample_every: int = 100
     max_templates_per_host: int = 5000
-    host_daily_pages: int = 100_000
 
     @classmethod
     def from_config(cls, section: dict[str, Any]) -> TrapPolicy:

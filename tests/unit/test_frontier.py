@@ -1,0 +1,433 @@
+"""The frontier core on a virtual clock: politeness, leases and versions, outcomes, recrawl."""
+
+from __future__ import annotations
+
+from dataclasses import fields, replace
+from datetime import UTC, datetime
+from email.utils import format_datetime
+
+import pytest
+
+from udfs.config import load_defaults
+from udfs.core.frontier import (
+    Acceptance,
+    FetchResult,
+    Frontier,
+    FrontierConfig,
+    HostFrontier,
+    Kind,
+    Outcome,
+    UrlStatus,
+)
+from udfs.core.politeness import HostPolicy
+from udfs.core.recrawl import Change, RecrawlPolicy
+from udfs.core.robots import RobotsPolicy
+from udfs.core.traps import DAY_S, TrapPolicy
+
+DEFAULTS = load_defaults()
+CFG = FrontierConfig.from_config(DEFAULTS)
+H = "http://h.example"
+ROBOTS = "User-agent: *\nDisallow: /private/\n"
+
+
+def test_policy_dataclass_defaults_match_the_defaults_file():
+    # The defaults file is the one source; the dataclasses' own defaults must not drift.
+    for cls, section in ((HostPolicy, "politeness"), (RobotsPolicy, "robots"),
+                         (RecrawlPolicy, "recrawl"), (TrapPolicy, "traps")):
+        assert cls() == cls.from_config(DEFAULTS[section]), cls.__name__
+    own = {f.name for f in fields(FrontierConfig)} - {"host", "robots", "recrawl", "traps"}
+    assert {k: getattr(FrontierConfig(), k) for k in own} == DEFAULTS["frontier"]
+
+
+def ok(lease, outcome=Outcome.OK, duration=0.0, **kw):
+    return FetchResult(lease.lease_id, lease.url_id, lease.url_version, outcome, lease.kind,
+                       lease.attempt, fetch_duration_s=duration, **kw)
+
+
+def host(cfg=CFG, **policy):
+    return HostFrontier(H, cfg, seed=1, policy=replace(cfg.host, **policy) if policy else None)
+
+
+def with_robots(h, now=0.0, body=ROBOTS, urls=()):
+    """Discover `urls`, then grant and complete the robots.txt lease that must come first;
+    returns the time the host's token is free again."""
+    for url in urls:
+        h.discover(url, now)
+    if not urls and not h.urls:
+        h.discover(H + "/", now)  # robots.txt is only fetched for a host with work
+    lease = h.poll(now)
+    assert lease is not None and lease.kind is Kind.ROBOTS and lease.url == H + "/robots.txt"
+    res = h.complete(ok(lease, http_status=200, robots_body=body), now)
+    assert res.verdict is Acceptance.ACCEPTED
+    return now + h.gap_s()
+
+
+# -- item 1: host scheduling ----------------------------------------------------------
+
+def test_robots_first_then_one_in_flight_and_the_gap():
+    h = host()
+    h.discover(H + "/a", 0.0)
+    h.discover(H + "/b", 0.0)
+    lease = h.poll(0.0)
+    assert lease.kind is Kind.ROBOTS
+    assert h.poll(0.0) is None  # nothing else before robots.txt is in
+    t = with_robots_completed = 0.5
+    h.complete(ok(lease, http_status=200, robots_body=ROBOTS), t)
+    assert h.poll(t + 0.99) is None  # 1 s gap after the robots fetch
+    first = h.poll(t + 1.0)
+    assert first.kind is Kind.PAGE and first.url == H + "/a"
+    assert h.poll(t + 5.0) is None  # 1 in flight
+    h.complete(ok(first), t + 5.0)
+    assert h.poll(t + 5.5) is None and h.poll(t + 6.0).url == H + "/b"
+    assert with_robots_completed == 0.5
+
+
+def test_gap_grows_with_fetch_duration():
+    h = host()
+    t = with_robots(h, urls=[H + "/a", H + "/b"])
+    a = h.poll(t)
+    h.complete(ok(a, duration=0.5), t + 1)  # 10 x 0.5 s = 5 s
+    assert h.poll(t + 5.9) is None and h.poll(t + 6.0) is not None
+    assert h.gap_s(60.0) == CFG.host.max_gap_s  # capped
+
+
+def test_crawl_delay_is_honoured():
+    h = host()
+    t = with_robots(h, body="User-agent: *\nCrawl-delay: 7\n", urls=[H + "/a", H + "/b"])
+    assert h.gap_s() == 7.0
+    t = max(t, h.next_allowed_at)
+    a = h.poll(t)
+    h.complete(ok(a), t)
+    assert h.poll(t + 6.9) is None and h.poll(t + 7.0) is not None
+
+
+def test_per_host_override_is_versioned_and_allows_concurrency():
+    h = host()
+    with pytest.raises(ValueError, match="not newer"):
+        h.set_policy(h.policy.override({"max_in_flight": 2}, 0))
+    with pytest.raises(ValueError, match="unknown host policy fields"):
+        h.policy.override({"speed": 9}, 1)
+    h.set_policy(h.policy.override({"max_in_flight": 2, "min_gap_s": 0.1}, 3))
+    assert h.policy.policy_version == 3
+    t = with_robots(h, urls=[f"{H}/{p}" for p in "abc"])
+    a, b = h.poll(t), h.poll(t + 0.1)
+    assert a and b and h.poll(t + 0.2) is None  # two in flight, the third waits
+    with pytest.raises(ValueError, match="not newer"):
+        h.set_policy(replace(h.policy, max_in_flight=9, policy_version=2))
+    assert h.policy.max_in_flight == 2
+
+
+def test_retry_after_seconds_http_date_and_backoff_with_reduced_allowance():
+    h = host()
+    t = with_robots(h, urls=[f"{H}/p{p}" for p in range(6)])
+    lease = h.poll(t)
+    h.complete(ok(lease, Outcome.THROTTLED, http_status=429, retry_after="120"), t)
+    assert h.backoff_until == t + 120 and h.allowance == 0.5
+    assert h.poll(t + 119) is None
+    lease = h.poll(t + 120)
+    assert lease is not None
+    when = datetime.fromtimestamp(t + 1000, UTC)
+    h.complete(ok(lease, Outcome.THROTTLED, http_status=503,
+                  retry_after=format_datetime(when, usegmt=True)), t + 121)
+    assert h.backoff_until == t + 1000 and h.allowance == 0.25
+    # The reduced allowance stretches the gap: 1 s / 0.25.
+    assert h.gap_s() == 4.0
+    lease = h.poll(t + 1000)
+    h.complete(ok(lease, Outcome.THROTTLED, http_status=429), t + 1000)  # no Retry-After
+    wait = h.backoff_until - (t + 1000)
+    base = CFG.host.backoff_base_s * 2 ** 2
+    assert 0.5 * base <= wait <= base  # jittered exponential
+    # Good answers bring the allowance back, up to 1.
+    now = h.backoff_until
+    for _ in range(12):
+        lease = h.poll(now)
+        if lease is None:
+            now = h.next_allowed_at
+            continue
+        h.complete(ok(lease), now)
+        now = h.next_allowed_at
+        h.discover(f"{H}/more{now}", now)
+    assert h.allowance > 0.25 and h.backoff_exponent == 0
+
+
+def test_daily_host_budget():
+    h = host(daily_budget=2)
+    t = with_robots(h, urls=[f"{H}/{p}" for p in "abc"])
+    got = []
+    now = t
+    while now < t + 100:
+        lease = h.poll(now)
+        if lease:
+            got.append(lease.url)
+            h.complete(ok(lease), now)
+        now += 1
+    assert len(got) == 2
+    assert h.next_wake(now) == (now // DAY_S + 1) * DAY_S
+    assert h.poll(DAY_S + 1) is not None
+
+
+def test_ready_heap_serves_every_host_and_a_hot_host_does_not_starve_others():
+    f = Frontier(CFG, seed=3)
+    hot, cold = "http://hot.example", "http://cold.example"
+    for i in range(2000):
+        f.discover(f"{hot}/p{i}", 0.0)
+    f.discover(f"{cold}/x", 0.0)
+    leases = list(f.poll(0.0))
+    assert {lease.host_key for lease in leases} == {hot, cold}  # both robots leases at once
+    for lease in leases:
+        f.complete(ok(lease, http_status=200, robots_body=""), lease.host_key, 0.0)
+    now, granted = 0.0, []
+    while now <= 10.0:
+        for lease in f.poll(now):
+            granted.append((now, lease.host_key))
+            f.complete(ok(lease), lease.host_key, now)
+        now = f.next_wake()
+    assert (1.0, cold) in granted  # the cold host's page at its first chance
+    hot_times = [t for t, k in granted if k == hot]
+    assert all(b - a >= 1.0 for a, b in zip(hot_times, hot_times[1:], strict=False))
+    assert len(hot_times) <= 10  # the hot host stays within its 1 request / s
+
+
+def test_global_daily_fetch_budget():
+    f = Frontier(replace(CFG, daily_fetch_budget=3), seed=1)
+    for i in range(5):
+        f.discover(f"http://h{i}.example/", 0.0)
+    leases = list(f.poll(0.0))
+    for lease in leases:
+        f.complete(ok(lease, http_status=404), lease.host_key, 0.0)
+    pages = [lease for lease in f.poll(1.0)]
+    assert len(pages) == 3
+    assert sum(h.stats.get("global_budget_exhausted", 0) for h in f.hosts.values()) == 2
+
+
+# -- item 2: leases and versions -------------------------------------------------------
+
+def test_completion_is_conditional_on_url_id_and_version():
+    h = host()
+    t = with_robots(h, urls=[H + "/a"])
+    lease = h.poll(t)
+    assert (lease.url_version, lease.attempt) == (1, 1) and lease.expires_at == t + 300
+    first = h.complete(ok(lease, text_sha256="x"), t + 1)
+    assert first.verdict is Acceptance.ACCEPTED and first.index and first.change is Change.NEW
+    again = h.complete(ok(lease, text_sha256="x"), t + 2)
+    assert again.verdict is Acceptance.DUPLICATE and not again.index
+    # The next visit bumps the version first; the old round's key cannot touch it.
+    u = h.urls[lease.url_id]
+    revisit = poll_page(h, u.next_fetch_at)
+    assert revisit.url_version == 2
+    late = h.complete(ok(lease), revisit.issued_at + 1)
+    assert late.verdict is Acceptance.DUPLICATE and u.status is UrlStatus.LEASED
+    now = revisit.issued_at + 2
+    assert h.complete(ok(revisit, text_sha256="x"), now).verdict is Acceptance.ACCEPTED
+    assert h.complete(ok(lease), now + 1).verdict is Acceptance.STALE  # older than accepted
+
+
+def test_expired_lease_is_relet_with_attempt_plus_one_and_one_result_wins():
+    h = host()
+    t = with_robots(h, urls=[H + "/a"])
+    first = h.poll(t)
+    later = t + CFG.lease_timeout_s
+    second = h.poll(later)
+    assert (second.url_version, second.attempt) == (first.url_version, 2)
+    assert h.stats["leases_expired"] == 1
+    # The first fetch was only slow: its result is accepted; the re-let one is then a duplicate.
+    assert h.complete(ok(first), later + 1).verdict is Acceptance.ACCEPTED
+    assert h.complete(ok(second), later + 2).verdict is Acceptance.DUPLICATE
+    assert not h.in_flight and h.check_invariants() == []
+
+
+def test_lease_expiry_is_bounded_then_the_url_is_parked_not_lost():
+    h = host()
+    t = with_robots(h, urls=[H + "/a"])
+    now = t
+    for attempt in range(1, CFG.max_lease_attempts + 1):
+        lease = h.poll(now)
+        assert lease.attempt == attempt
+        now = lease.expires_at
+    h.expire(now)
+    u = h.urls[lease.url_id]
+    assert u.status is UrlStatus.PARKED and "lease expired 3 times" in u.park_reason
+    assert h.check_invariants() == []
+    assert u.next_fetch_at == now + CFG.recrawl.failed_visit_interval_s
+    assert poll_page(h, u.next_fetch_at).url_version == lease.url_version + 1
+
+
+# -- item 3: outcomes ------------------------------------------------------------------
+
+def poll_page(h, now, body=ROBOTS):
+    """The next page lease at or after `now`, answering a robots.txt refresh on the way."""
+    lease = h.poll(now)
+    if lease is not None and lease.kind is Kind.ROBOTS:
+        h.complete(ok(lease, http_status=200, robots_body=body), now)
+        return poll_page(h, h.next_allowed_at, body)
+    return lease
+
+
+def visit(h, url, now, outcome=Outcome.OK, **kw):
+    if not h.urls:
+        now = with_robots(h, now, urls=[url])
+    h.discover(url, now)
+    lease = h.poll(max(now, h.next_allowed_at, h.backoff_until))
+    assert lease is not None, h.stats
+    return lease, h.complete(ok(lease, outcome, **kw), max(now, lease.issued_at))
+
+
+def test_2xx_and_304_and_change_detection():
+    h = host()
+    t = 0.0
+    lease, res = visit(h, H + "/a", t, text_sha256="t1", body_sha256="b1", etag='"e1"')
+    u = h.urls[lease.url_id]
+    assert res.index and res.change is Change.NEW and u.etag == '"e1"'
+    assert u.interval_s == CFG.recrawl.max_interval_s  # normal class starts at 30 days
+    nxt = poll_page(h, u.next_fetch_at)
+    assert nxt.etag == '"e1"'  # conditional GET: If-None-Match
+    res = h.complete(ok(nxt, Outcome.NOT_MODIFIED, http_status=304), nxt.issued_at + 1)
+    assert not res.index and res.change is Change.UNCHANGED
+    assert u.last_fetch_at == nxt.issued_at + 1 and u.text_hash == "t1"
+    assert u.interval_s == CFG.recrawl.max_interval_s  # x2, clamped at 30 days
+
+
+def test_redirects_go_to_discovery_with_a_hop_limit_and_loop_detection():
+    h = host()
+    t = 0.0
+    _, res = visit(h, H + "/old", t, Outcome.REDIRECT, http_status=301,
+                   redirect_location="http://other.example/new")
+    assert res.discovered == [("http://other.example/new", 0, 1, "REDIRECT")] and not res.index
+    _, res = visit(h, H + "/self", h.next_allowed_at, Outcome.REDIRECT, http_status=302,
+                   redirect_location=H + "/self")
+    assert res.discovered == [] and h.stats["redirect_loops"] == 1
+    refused = h.discover(H + "/far", t, redirect_hops=CFG.max_redirect_hops + 1)
+    assert not refused.accepted and refused.reason == "redirect_hops"
+
+
+def test_404_410_tombstone_and_rediscovery_does_not_recreate():
+    h = host()
+    t = 0.0
+    lease, res = visit(h, H + "/gone", t, Outcome.GONE, http_status=410)
+    u = h.urls[lease.url_id]
+    assert u.status is UrlStatus.TOMBSTONE and not res.index
+    assert u.next_fetch_at == lease.issued_at + CFG.recrawl.tombstone_interval_s
+    again = h.discover(H + "/gone", t + 50)
+    assert again.reason == "known" and h.urls[lease.url_id].status is UrlStatus.TOMBSTONE
+    assert len(h.urls) == 1
+
+
+@pytest.mark.parametrize("outcome", [Outcome.SERVER_ERROR, Outcome.DNS_ERROR,
+                                     Outcome.CONNECT_ERROR, Outcome.TIMEOUT])
+def test_transient_failures_retry_with_backoff_then_park(outcome):
+    h = host()
+    t = with_robots(h, urls=[H + "/flaky"])
+    now, dues = t, []
+    for _ in range(CFG.max_retries + 1):
+        now = max(now, h.next_allowed_at, h.backoff_until)
+        lease = h.poll(now)
+        assert lease is not None
+        h.complete(ok(lease, outcome), now)
+        u = h.urls[lease.url_id]
+        dues.append(u.next_fetch_at - now)
+        now = u.next_fetch_at
+    assert u.status is UrlStatus.PARKED and outcome.value in u.park_reason
+    assert dues[0] < dues[1] < dues[2]  # backing off
+    assert h.backoff_exponent == CFG.max_retries + 1  # the host backs off too
+    assert h.check_invariants() == []
+
+
+def test_robots_disallow_is_never_leased():
+    h = host()
+    t = with_robots(h, urls=[H + "/private/x", H + "/public"])
+    leases = []
+    now = t
+    while now < t + 30:
+        lease = h.poll(now)
+        if lease:
+            leases.append(lease.url)
+            h.complete(ok(lease), now)
+        now += 1
+    assert leases == [H + "/public"] and h.stats["robots_disallowed"] >= 1
+    u = next(u for u in h.urls.values() if "private" in u.url)
+    assert u.status is UrlStatus.QUEUED and u.next_fetch_at >= h.robots.expires_at
+
+
+def test_robots_unreachable_disallows_everything_until_it_recovers():
+    h = host()
+    h.discover(H + "/a", 0.0)
+    robots = h.poll(0.0)
+    h.complete(ok(robots, Outcome.SERVER_ERROR, http_status=503), 0.0)
+    now = 0.0
+    while now < 50:
+        assert (lease := h.poll(now)) is None or lease.kind is Kind.ROBOTS
+        now += 1
+    retry = h.robots.retry_at
+    robots = h.poll(max(retry, h.backoff_until))
+    assert robots.kind is Kind.ROBOTS
+    h.complete(ok(robots, http_status=200, robots_body=""), robots.issued_at)
+    page = h.poll(h.next_allowed_at)
+    assert page.kind is Kind.PAGE
+
+
+def test_robots_redirects_are_followed_and_sitemaps_discovered():
+    h = host()
+    h.discover(H + "/a", 0.0)
+    r1 = h.poll(0.0)
+    h.complete(ok(r1, Outcome.REDIRECT, http_status=301, redirect_location="/r2.txt"), 0.0)
+    r2 = h.poll(h.next_allowed_at)
+    assert r2.kind is Kind.ROBOTS and r2.url == H + "/r2.txt"
+    res = h.complete(ok(r2, http_status=200, robots_body="Sitemap: /sm.xml\n"), 1.0)
+    assert res.discovered == [(H + "/sm.xml", 0, 0, "ROBOTS_SITEMAP")]
+
+
+def test_address_blocked_parks_the_url_and_rests_the_host():
+    h = host()
+    t = 0.0
+    lease, _ = visit(h, H + "/a", t, Outcome.ADDRESS_BLOCKED)
+    assert h.urls[lease.url_id].status is UrlStatus.PARKED
+    assert h.backoff_until == lease.issued_at + CFG.address_block_s
+
+
+def test_traps_refuse_with_a_reason():
+    h = host()
+    assert h.discover(H + "/" + "x" * 3000, 0.0).reason == "url_length"
+    assert h.discover(H + "/a", 0.0, depth=99).reason == "depth"
+    with pytest.raises(ValueError, match="does not belong"):
+        h.discover("http://other.example/", 0.0)
+
+
+# -- item 4: recrawl --------------------------------------------------------------------
+
+def test_recrawl_interval_doubles_halves_and_is_clamped():
+    from udfs.core.recrawl import next_interval
+
+    rc = CFG.recrawl
+    assert next_interval(4 * DAY_S, Change.UNCHANGED, 0.5, rc) == 8 * DAY_S
+    assert next_interval(4 * DAY_S, Change.CHANGED, 0.5, rc) == 2 * DAY_S
+    assert next_interval(DAY_S, Change.CHANGED, 0.5, rc) == DAY_S
+    assert next_interval(30 * DAY_S, Change.UNCHANGED, 0.5, rc) == 30 * DAY_S
+    assert next_interval(30 * DAY_S, Change.CHANGED, 0.9, rc) == DAY_S  # high-value: daily
+
+
+def test_changed_page_comes_back_sooner_and_seeds_are_daily():
+    h = host()
+    t = 0.0
+    lease, _ = visit(h, H + "/n", t, text_sha256="v1")
+    u = h.urls[lease.url_id]
+    nxt = poll_page(h, u.next_fetch_at)
+    h.complete(ok(nxt, text_sha256="v2"), nxt.issued_at)
+    assert u.interval_s == 15 * DAY_S
+    seed = h.discover(H + "/seed", t, is_seed=True)
+    assert h.urls[seed.url_id].interval_s == DAY_S
+
+
+# -- snapshots ---------------------------------------------------------------------------
+
+def test_snapshot_restore_keeps_tokens_leases_and_queue():
+    h = host()
+    t = with_robots(h, urls=[f"{H}/p{p}" for p in range(5)])
+    lease = h.poll(t)
+    snap = h.snapshot()
+    h.complete(ok(lease), t + 1)  # after the snapshot: lost with the crash
+    r = HostFrontier.restore(snap, CFG)
+    assert r.next_allowed_at == snap["next_allowed_at"] and lease.lease_id in r.in_flight
+    assert r.check_invariants() == [] and r.pending() == 4
+    assert r.poll(t + 0.5) is None  # the restored in-flight lease still holds the token
+    assert r.complete(ok(lease), t + 2).verdict is Acceptance.ACCEPTED
+    assert r.poll(r.next_allowed_at).url_version == 1

@@ -1,0 +1,201 @@
+"""Fingerprints for the three kinds of duplicate (SPEC 6).
+
+1. Same URL: `url_id`, a 64-bit digest of the normalized URL; the durable key
+   is checked against the full URL, and on a collision the next probe id is
+   used (`url_ids`), so a collision never merges two URLs. `BloomFilter` may
+   only accelerate "definitely new".
+2. Same bytes: SHA-256 of the raw body (the stored object's key).
+3. Near-duplicates: 64-bit SimHash of the extracted text (Charikar; Manku et
+   al., WWW 2007) and `SimHashIndex`, a band index for Hamming distance <= k.
+
+`simhash64` is bit-identical to the `simhash` package's `Simhash(text,
+hashfunc=...)` given the same feature hash (`feature_hash64`), and computes
+the 4-gram features and their hashes vectorized with numpy.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import re
+from collections.abc import Iterator
+
+import numpy as np
+
+# The simhash package's default token pattern: word characters and CJK ideographs.
+_TOKEN = re.compile(r"[\w\u4e00-\u9fcc]+")
+_MASK64 = (1 << 64) - 1
+_M1 = 0xBF58476D1CE4E5B9
+_M2 = 0x94D049BB133111EB
+_PRIME = 0x100000001B3
+_SEED = 0xCBF29CE484222325
+
+
+def sha256_hex(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def text_hash(text: str) -> str:
+    """SHA-256 of whitespace-normalized extracted text (change detection)."""
+    return hashlib.sha256(" ".join(text.split()).encode("utf-8")).hexdigest()
+
+
+def url_id(url: str, probe: int = 0) -> str:
+    """16 hex digits identifying a normalized URL; probe > 0 after a collision."""
+    data = url.encode("utf-8") if probe == 0 else f"{probe}\x00{url}".encode()
+    return hashlib.blake2b(data, digest_size=8).hexdigest()
+
+
+def url_ids(url: str, max_probes: int = 8) -> Iterator[str]:
+    """The ids to try for a URL, in order: the first whose stored URL equals `url` (or
+    that is free) is its id."""
+    for probe in range(max_probes):
+        yield url_id(url, probe)
+
+
+# ---------------------------------------------------------------------------
+# SimHash
+
+def _mix(h: int) -> int:
+    h ^= h >> 30
+    h = (h * _M1) & _MASK64
+    h ^= h >> 27
+    h = (h * _M2) & _MASK64
+    return h ^ (h >> 31)
+
+
+def feature_hash64(feature: str) -> int:
+    """The 64-bit hash of one feature (a string of at most 4 characters in text mode):
+    FNV-1a over code points, then the splitmix64 finalizer. Pure-Python reference of
+    the vectorized path."""
+    h = _SEED
+    for ch in feature:
+        h = ((h ^ ord(ch)) * _PRIME) & _MASK64
+    h = ((h ^ len(feature)) * _PRIME) & _MASK64
+    return _mix(h)
+
+
+def feature_hash_bytes(data: bytes) -> bytes:
+    """`feature_hash64` in the form the `simhash` package's hashfunc returns (8 bytes)."""
+    return feature_hash64(data.decode("utf-8")).to_bytes(8, "big")
+
+
+def _tokens(text: str) -> str:
+    return "".join(_TOKEN.findall(text.lower()))
+
+
+def _hashes_of_4grams(content: str) -> np.ndarray:
+    codes = np.frombuffer(content.encode("utf-32-le"), dtype=np.uint32).astype(np.uint64)
+    n = len(codes) - 3
+    h = np.full(n, _SEED, dtype=np.uint64)
+    prime = np.uint64(_PRIME)
+    with np.errstate(over="ignore"):
+        for i in range(4):
+            h = (h ^ codes[i:i + n]) * prime
+        h = (h ^ np.uint64(4)) * prime
+        h ^= h >> np.uint64(30)
+        h *= np.uint64(_M1)
+        h ^= h >> np.uint64(27)
+        h *= np.uint64(_M2)
+        h ^= h >> np.uint64(31)
+    return h
+
+
+def _majority(hashes: np.ndarray, count: int) -> int:
+    bits = np.unpackbits(hashes.astype(">u8").view(np.uint8)).reshape(-1, 64)
+    sums = bits.sum(axis=0, dtype=np.int64)
+    return int.from_bytes(np.packbits(sums > count / 2).tobytes(), "big")
+
+
+def simhash64(text: str) -> int:
+    """64-bit SimHash of text: lower-cased word characters, sliding 4-grams, each 4-gram
+    counted as often as it occurs, `feature_hash64` per 4-gram."""
+    content = _tokens(text)
+    if len(content) < 4:  # the package's single-feature case (also for empty text)
+        return _majority(np.array([feature_hash64(content)], dtype=np.uint64), 1)
+    hashes = _hashes_of_4grams(content)
+    return _majority(hashes, len(hashes))
+
+
+def hamming(a: int, b: int) -> int:
+    return ((a ^ b) & _MASK64).bit_count()
+
+
+def to_signed64(value: int) -> int:
+    """Unsigned 64-bit → Avro long (two's complement)."""
+    return value - (1 << 64) if value >= 1 << 63 else value
+
+
+def from_signed64(value: int) -> int:
+    return value & _MASK64
+
+
+class SimHashIndex:
+    """Near-duplicate lookup for Hamming distance <= k: the 64 bits split into k + 1 bands;
+    two fingerprints within distance k share at least one whole band (pigeonhole), so
+    only documents sharing a band are compared."""
+
+    def __init__(self, k: int = 3) -> None:
+        if not 0 <= k < 64:
+            raise ValueError("k must be in [0, 63]")
+        self.k = k
+        self.bands = k + 1
+        widths = [64 // self.bands + (1 if i < 64 % self.bands else 0) for i in range(self.bands)]
+        self._spans = []
+        shift = 64
+        for w in widths:
+            shift -= w
+            self._spans.append((shift, (1 << w) - 1))
+        self._buckets: dict[tuple[int, int], list[tuple[str, int]]] = {}
+
+    def _keys(self, fp: int) -> list[tuple[int, int]]:
+        return [(i, (fp >> shift) & mask) for i, (shift, mask) in enumerate(self._spans)]
+
+    def add(self, doc_id: str, fp: int) -> None:
+        for key in self._keys(fp):
+            self._buckets.setdefault(key, []).append((doc_id, fp))
+
+    def near(self, fp: int) -> list[tuple[str, int]]:
+        """(doc_id, distance) of indexed documents within distance k, nearest first."""
+        seen: dict[str, int] = {}
+        for key in self._keys(fp):
+            for doc_id, other in self._buckets.get(key, ()):
+                if doc_id not in seen:
+                    d = hamming(fp, other)
+                    if d <= self.k:
+                        seen[doc_id] = d
+        return sorted(seen.items(), key=lambda t: (t[1], t[0]))
+
+
+class BloomFilter:
+    """A Bloom filter that only ever answers "definitely new" or "maybe seen".
+
+    "Maybe" must still be checked against the durable key; a false positive costs a
+    lookup, never a URL.
+    """
+
+    def __init__(self, capacity: int, fp_rate: float = 0.01) -> None:
+        if capacity < 1 or not 0 < fp_rate < 1:
+            raise ValueError("capacity >= 1 and 0 < fp_rate < 1")
+        self.bits = max(8, math.ceil(capacity * bits_per_item(fp_rate)))
+        self.hashes = max(1, round(self.bits / capacity * math.log(2)))
+        self._array = bytearray((self.bits + 7) // 8)
+
+    def _positions(self, item: str) -> Iterator[int]:
+        digest = hashlib.blake2b(item.encode("utf-8"), digest_size=16).digest()
+        h1 = int.from_bytes(digest[:8], "little")
+        h2 = int.from_bytes(digest[8:], "little") | 1
+        for i in range(self.hashes):
+            yield (h1 + i * h2) % self.bits
+
+    def add(self, item: str) -> None:
+        for p in self._positions(item):
+            self._array[p >> 3] |= 1 << (p & 7)
+
+    def maybe_contains(self, item: str) -> bool:
+        return all(self._array[p >> 3] & (1 << (p & 7)) for p in self._positions(item))
+
+
+def bits_per_item(fp_rate: float) -> float:
+    """Optimal Bloom filter bits per element for a false-positive rate: -ln p / (ln 2)^2."""
+    return -math.log(fp_rate) / (math.log(2) ** 2)

@@ -1,0 +1,716 @@
+"""The frontier core: one host's scheduler (`HostFrontier`) and a many-host driver (`Frontier`).
+
+`HostFrontier` is the single owner of a host's politeness tokens and of every
+URL of that host: it admits discovered URLs, grants leases ("which host is
+ready" is `next_wake`/`poll`; "which URL of this host next" is its priority
+queue), accepts completions only on a matching (url_id, url_version), expires
+leases, and schedules revisits. Everything takes `now` (seconds on the crawl
+clock); randomness comes from a seeded generator. The Flink frontier operator
+keeps one `HostFrontier` per key and turns `next_wake` into its one timer;
+`Frontier` does the same for many hosts with a ready-heap keyed by wake time
+(the simulator and the benchmarks).
+
+Versions: a URL's `version` is bumped when a new fetch round starts (a lease
+granted from any state but an expired lease's re-lease). A re-lease after
+expiry keeps the version with attempt + 1. A completion is accepted once per
+version; later ones for the same version are duplicates, older versions stale.
+"""
+
+from __future__ import annotations
+
+import heapq
+import random
+from collections.abc import Iterator
+from dataclasses import dataclass, field, fields, replace
+from enum import StrEnum
+from typing import Any
+
+from udfs.core.fingerprints import url_ids
+from udfs.core.politeness import (
+    HostPolicy,
+    backoff_delay,
+    cut_allowance,
+    effective_gap,
+    effective_in_flight,
+    parse_retry_after,
+    recover_allowance,
+)
+from udfs.core.recrawl import (
+    Change,
+    RecrawlPolicy,
+    classify_change,
+    discovery_priority,
+    initial_interval,
+    next_interval,
+)
+from udfs.core.robots import (
+    RobotsFetch,
+    RobotsPolicy,
+    RobotsState,
+    RobotsTxt,
+    Verdict,
+    after_fetch,
+    crawl_delay_s,
+    decide,
+    fetch_due,
+    parse_robots,
+)
+from udfs.core.traps import DAY_S, DailyBudget, TemplateBudget, TrapPolicy, check_url
+from udfs.core.urls import split_host_key
+
+
+class UrlStatus(StrEnum):
+    QUEUED = "QUEUED"  # new, or waiting for a retry / re-lease
+    LEASED = "LEASED"
+    FETCHED = "FETCHED"  # visited; queued for its revisit
+    TOMBSTONE = "TOMBSTONE"  # 404/410; revisited rarely, never re-created
+    PARKED = "PARKED"  # repeated failure; revisited after a long interval, never dropped
+
+
+class Kind(StrEnum):
+    PAGE = "PAGE"
+    ROBOTS = "ROBOTS"
+
+
+class Outcome(StrEnum):
+    """Classified fetch results (the Completion record's FetchOutcome)."""
+
+    OK = "OK"
+    NOT_MODIFIED = "NOT_MODIFIED"
+    REDIRECT = "REDIRECT"
+    GONE = "GONE"
+    CLIENT_ERROR = "CLIENT_ERROR"
+    THROTTLED = "THROTTLED"
+    SERVER_ERROR = "SERVER_ERROR"
+    DNS_ERROR = "DNS_ERROR"
+    CONNECT_ERROR = "CONNECT_ERROR"
+    TIMEOUT = "TIMEOUT"
+    ADDRESS_BLOCKED = "ADDRESS_BLOCKED"
+    TOO_LARGE = "TOO_LARGE"
+    UNSUPPORTED_TYPE = "UNSUPPORTED_TYPE"
+    PARSE_ERROR = "PARSE_ERROR"
+    OTHER_ERROR = "OTHER_ERROR"
+
+
+RETRYABLE = frozenset({Outcome.THROTTLED, Outcome.SERVER_ERROR, Outcome.DNS_ERROR,
+                       Outcome.CONNECT_ERROR, Outcome.TIMEOUT, Outcome.OTHER_ERROR})
+HOST_TROUBLE = frozenset({Outcome.SERVER_ERROR, Outcome.DNS_ERROR, Outcome.CONNECT_ERROR,
+                          Outcome.TIMEOUT})
+
+
+@dataclass(frozen=True)
+class FrontierConfig:
+    """Everything the frontier decides with, from the configuration file."""
+
+    host: HostPolicy = HostPolicy()
+    robots: RobotsPolicy = RobotsPolicy()
+    recrawl: RecrawlPolicy = RecrawlPolicy()
+    traps: TrapPolicy = TrapPolicy()
+    lease_timeout_s: float = 300.0
+    max_lease_attempts: int = 3
+    max_retries: int = 3
+    retry_base_s: float = 60.0
+    max_redirect_hops: int = 5
+    daily_fetch_budget: int = 1_000_000_000
+    address_block_s: float = DAY_S
+
+    @classmethod
+    def from_config(cls, data: dict[str, Any]) -> FrontierConfig:
+        own = {k: data["frontier"][k] for k in (f.name for f in fields(cls))
+               if k in data.get("frontier", {})}
+        return cls(host=HostPolicy.from_config(data["politeness"]),
+                   robots=RobotsPolicy.from_config(data["robots"]),
+                   recrawl=RecrawlPolicy.from_config(data["recrawl"]),
+                   traps=TrapPolicy.from_config(data["traps"]), **own)
+
+
+@dataclass(slots=True)
+class UrlState:
+    url_id: str
+    url: str
+    version: int = 0
+    accepted_version: int = 0  # highest version whose completion was accepted
+    status: UrlStatus = UrlStatus.QUEUED
+    attempt: int = 0  # attempts of the current version (expired leases)
+    relet: bool = False  # the next lease re-lets an expired one (same version)
+    next_fetch_at: float = 0.0
+    last_fetch_at: float | None = None
+    interval_s: float = 0.0
+    priority: float = 0.5
+    depth: int = 0
+    etag: str | None = None
+    last_modified: str | None = None
+    content_hash: str | None = None
+    text_hash: str | None = None
+    failure_count: int = 0
+    park_reason: str | None = None
+    lease_id: str | None = None
+    token: int = 0  # identifies the URL's live queue entry
+
+
+@dataclass(frozen=True, slots=True)
+class Lease:
+    lease_id: str
+    url_id: str
+    url_version: int
+    attempt: int
+    issued_at: float
+    expires_at: float
+    url: str
+    host_key: str
+    kind: Kind = Kind.PAGE
+    depth: int = 0
+    etag: str | None = None
+    last_modified: str | None = None
+
+
+@dataclass(frozen=True)
+class FetchResult:
+    """What the fetcher reports for one lease (the Completion record, in core terms)."""
+
+    lease_id: str
+    url_id: str
+    url_version: int
+    outcome: Outcome
+    kind: Kind = Kind.PAGE
+    attempt: int = 1
+    http_status: int | None = None
+    fetch_duration_s: float = 0.0
+    retry_after: str | None = None
+    redirect_location: str | None = None
+    etag: str | None = None
+    last_modified: str | None = None
+    body_sha256: str | None = None
+    text_sha256: str | None = None
+    robots_body: str | bytes | None = None
+
+
+class Acceptance(StrEnum):
+    ACCEPTED = "accepted"
+    DUPLICATE = "duplicate"  # this version was already accepted: the existing result stands
+    STALE = "stale"  # an older round, or a lease this state does not know
+
+
+@dataclass
+class CompletionResult:
+    verdict: Acceptance
+    index: bool = False  # emit an index event (an accepted 2xx with a body)
+    change: Change | None = None
+    url: str | None = None
+    discovered: list[tuple[str, int, int, str]] = field(default_factory=list)
+    # (url, depth, redirect_hops, source) for redirect targets and robots sitemaps
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class Admission:
+    accepted: bool
+    url_id: str | None
+    reason: str  # "new", "known", or the trap/limit that refused it
+
+
+class HostFrontier:
+    """The scheduler of one host_key."""
+
+    def __init__(self, host_key: str, cfg: FrontierConfig, seed: int = 0,
+                 policy: HostPolicy | None = None) -> None:
+        self.host_key = host_key
+        self.cfg = cfg
+        self.policy = policy or cfg.host
+        self.rng = random.Random(f"{seed}:{host_key}")
+        self.robots = RobotsState()
+        self.robots_version = 0
+        self.robots_lease: Lease | None = None
+        self.robots_follow: tuple[str, int] | None = None  # redirect to fetch next, hops
+        self._robots_hops = 0  # redirects behind the robots lease in flight
+        self.next_allowed_at = 0.0
+        self.backoff_until = 0.0
+        self.backoff_exponent = 0
+        self.allowance = 1.0
+        self.in_flight: dict[str, Lease] = {}
+        self.budget = DailyBudget()
+        self.templates = TemplateBudget()
+        self.urls: dict[str, UrlState] = {}
+        self._due: list[tuple[float, int, str]] = []
+        self._ready: list[tuple[float, float, int, int, str]] = []
+        self._seq = 0
+        self._lease_seq = 0
+        self._parsed: RobotsTxt | None = None
+        self._crawl_delay = 0.0
+        self.stats: dict[str, int] = {}
+
+    # -- policy ---------------------------------------------------------------
+
+    def set_policy(self, policy: HostPolicy) -> None:
+        """Apply a negotiated per-host policy; only a newer policy_version replaces it."""
+        if policy.policy_version <= self.policy.policy_version:
+            raise ValueError(f"policy_version {policy.policy_version} is not newer than "
+                             f"{self.policy.policy_version} for {self.host_key}")
+        self.policy = policy
+
+    def gap_s(self, fetch_duration_s: float = 0.0) -> float:
+        return effective_gap(self.policy, self.allowance, self._crawl_delay, fetch_duration_s)
+
+    def _count(self, name: str) -> None:
+        self.stats[name] = self.stats.get(name, 0) + 1
+
+    # -- queue ----------------------------------------------------------------
+
+    def _enqueue(self, u: UrlState, due: float) -> None:
+        self._seq += 1
+        u.token = self._seq
+        u.next_fetch_at = due
+        heapq.heappush(self._due, (due, self._seq, u.url_id))
+
+    def _live(self, seq: int, url_id: str) -> UrlState | None:
+        u = self.urls.get(url_id)
+        return u if u is not None and u.token == seq and u.status is not UrlStatus.LEASED \
+            else None
+
+    def _promote(self, now: float) -> None:
+        """Move entries that are due into the ready heap (best value first)."""
+        due = self._due
+        while due and due[0][0] <= now:
+            when, seq, url_id = heapq.heappop(due)
+            u = self._live(seq, url_id)
+            if u is not None:
+                heapq.heappush(self._ready, (-u.priority, when, u.depth, seq, url_id))
+
+    def _pop_ready(self, now: float) -> UrlState | None:
+        self._promote(now)
+        while self._ready:
+            _, _, _, seq, url_id = heapq.heappop(self._ready)
+            u = self._live(seq, url_id)
+            if u is not None:
+                return u
+        return None
+
+    def _earliest_due(self) -> float | None:
+        while self._ready:
+            if self._live(self._ready[0][3], self._ready[0][4]) is not None:
+                return self._ready[0][1]
+            heapq.heappop(self._ready)
+        while self._due:
+            if self._live(self._due[0][1], self._due[0][2]) is not None:
+                return self._due[0][0]
+            heapq.heappop(self._due)
+        return None
+
+    def pending(self) -> int:
+        """URLs waiting in the queue (not leased)."""
+        return sum(1 for u in self.urls.values() if u.status is not UrlStatus.LEASED)
+
+    # -- discovery ------------------------------------------------------------
+
+    def find(self, url: str) -> tuple[str, UrlState | None]:
+        """The URL's id and state; probing on a 64-bit id collision (full URL compared)."""
+        for uid in url_ids(url):
+            u = self.urls.get(uid)
+            if u is None or u.url == url:
+                return uid, u
+            self._count("url_id_collisions")
+        raise RuntimeError(f"no free url_id for {url} after probing")  # pragma: no cover
+
+    def discover(self, url: str, now: float, *, depth: int = 0, priority: float | None = None,
+                 is_seed: bool = False, redirect_hops: int = 0) -> Admission:
+        """Admit a normalized URL of this host, unless known or refused by a trap rule."""
+        if split_host_key(url)[0] != self.host_key:
+            raise ValueError(f"{url} does not belong to {self.host_key}")
+        uid, known = self.find(url)
+        if known is not None:
+            if priority is not None and priority > known.priority:
+                known.priority = priority
+            return Admission(False, uid, "known")
+        reason = check_url(url, depth, self.cfg.traps)
+        if reason is None and redirect_hops > self.cfg.max_redirect_hops:
+            reason = "redirect_hops"
+        if reason is None:
+            reason = self.templates.admit(url, now, self.cfg.traps)
+        if reason is not None:
+            self._count(f"refused_{reason}")
+            return Admission(False, None, str(reason))
+        value = discovery_priority(priority, depth, is_seed, self.cfg.recrawl)
+        u = UrlState(uid, url, priority=value, depth=depth,
+                     interval_s=initial_interval(value, self.cfg.recrawl))
+        self.urls[uid] = u
+        self._enqueue(u, now)
+        return Admission(True, uid, "new")
+
+    # -- leasing --------------------------------------------------------------
+
+    def _new_lease_id(self) -> str:
+        self._lease_seq += 1
+        return f"{self.host_key}#{self._lease_seq}"
+
+    def expire(self, now: float) -> list[Lease]:
+        """Expire overdue leases: re-let their URLs (attempt + 1) or park them."""
+        expired = [lease for lease in self.in_flight.values() if lease.expires_at <= now]
+        for lease in expired:
+            del self.in_flight[lease.lease_id]
+            self._count("leases_expired")
+            if lease.kind is Kind.ROBOTS:
+                self.robots_lease = None
+                continue
+            u = self.urls.get(lease.url_id)
+            if u is None or u.lease_id != lease.lease_id or u.status is not UrlStatus.LEASED:
+                continue
+            u.lease_id = None
+            if u.attempt < self.cfg.max_lease_attempts:
+                u.status, u.relet = UrlStatus.QUEUED, True
+                self._enqueue(u, now)
+            else:
+                self._park(u, now, f"lease expired {u.attempt} times")
+        return expired
+
+    def _park(self, u: UrlState, now: float, reason: str) -> None:
+        u.status, u.park_reason, u.relet, u.attempt = UrlStatus.PARKED, reason, False, 0
+        u.accepted_version = u.version  # the round is over; a late completion is a duplicate
+        self._count("urls_parked")
+        self._enqueue(u, now + self.cfg.recrawl.failed_visit_interval_s)
+
+    def ready_at(self, now: float) -> float:
+        """The earliest time the host's tokens allow a request (ignoring the queue)."""
+        return max(self.next_allowed_at, self.backoff_until, now)
+
+    def _tokens_free(self, now: float) -> bool:
+        return (now >= self.next_allowed_at and now >= self.backoff_until and
+                len(self.in_flight) < effective_in_flight(self.policy, self.allowance))
+
+    def _grant(self, now: float, lease: Lease) -> Lease:
+        self.in_flight[lease.lease_id] = lease
+        # Granting takes the host's token: the next grant waits at least one gap.
+        self.next_allowed_at = max(self.next_allowed_at, now + self.gap_s())
+        return lease
+
+    def _robots_url(self) -> str:
+        return self.host_key + "/robots.txt"
+
+    def _robots_blocking(self, now: float) -> bool:
+        """Must robots.txt be fetched before any page of the host is leased?"""
+        r = self.robots
+        return r.status.value == "UNKNOWN" or (not r.failures and now >= r.expires_at)
+
+    def poll(self, now: float, global_budget: DailyBudget | None = None) -> Lease | None:
+        """Grant the next lease if the host's tokens allow one now (at most one per call)."""
+        self.expire(now)
+        if not self._tokens_free(now):
+            return None
+        due = self._earliest_due()
+        wants_pages = due is not None and due <= now
+        if self.robots_lease is None and (self.robots_follow is not None or
+                                          (wants_pages and fetch_due(self.robots, now))):
+            url, hops = self.robots_follow or (self._robots_url(), 0)
+            self.robots_follow = None
+            self.robots_version += 1
+            self._robots_hops = hops
+            self._count("robots_leases")
+            self.robots_lease = Lease(self._new_lease_id(), "robots", self.robots_version, 1,
+                                      now, now + self.cfg.lease_timeout_s, url, self.host_key,
+                                      Kind.ROBOTS)
+            return self._grant(now, self.robots_lease)
+        if not wants_pages or self._robots_blocking(now):
+            return None
+        for _ in range(64):  # bounded work per call; the rest waits for the next wake
+            u = self._pop_ready(now)
+            if u is None:
+                return None
+            verdict = decide(self.robots, u.url, now, self.cfg.robots, self._parsed)
+            if verdict is Verdict.NEED_ROBOTS:
+                self._enqueue(u, now)  # robots.txt is being fetched; keep its place
+                return None
+            if verdict is Verdict.DISALLOWED:
+                self._count("robots_disallowed")
+                # Re-check after the next robots.txt refresh.
+                self._enqueue(u, max(now + 1.0, self.robots.expires_at, self.robots.retry_at))
+                continue
+            if self.budget.take(now, self.policy.daily_budget) is not None:
+                self._count("host_budget_exhausted")
+                self._enqueue(u, (now // DAY_S + 1) * DAY_S)
+                return None
+            if global_budget is not None and global_budget.take(
+                    now, self.cfg.daily_fetch_budget) is not None:
+                self.budget.used -= 1  # not spent after all
+                self._count("global_budget_exhausted")
+                self._enqueue(u, (now // DAY_S + 1) * DAY_S)
+                return None
+            if u.relet:
+                u.attempt += 1
+            else:
+                u.version += 1
+                u.attempt = 1
+            u.relet = False
+            u.status = UrlStatus.LEASED
+            lease = Lease(self._new_lease_id(), u.url_id, u.version, u.attempt, now,
+                          now + self.cfg.lease_timeout_s, u.url, self.host_key, Kind.PAGE,
+                          u.depth, u.etag, u.last_modified if u.etag is None else None)
+            u.lease_id = lease.lease_id
+            self._count("leases_granted")
+            return self._grant(now, lease)
+        return None
+
+    def next_wake(self, now: float) -> float | None:
+        """When this host next needs attention (a grant may be possible, or a lease expires)."""
+        times = [lease.expires_at for lease in self.in_flight.values()]
+        if len(self.in_flight) < effective_in_flight(self.policy, self.allowance):
+            want: float | None
+            if self.robots_lease is None and self.robots_follow is not None:
+                want = now
+            elif self.robots_lease is not None and self._robots_blocking(now):
+                want = None  # the robots completion (or its expiry) wakes the host
+            else:
+                want = self._earliest_due()
+            if want is not None:
+                budget_reset = (now // DAY_S + 1) * DAY_S \
+                    if self.budget.remaining(now, self.policy.daily_budget) == 0 else 0.0
+                times.append(max(want, self.next_allowed_at, self.backoff_until, budget_reset))
+        return min(times) if times else None
+
+    # -- completion -----------------------------------------------------------
+
+    def complete(self, r: FetchResult, now: float) -> CompletionResult:
+        """Apply one fetch outcome; conditional on (url_id, url_version)."""
+        lease = self.in_flight.pop(r.lease_id, None)
+        # Whatever happened, the host was contacted: the next request waits a full gap.
+        self.next_allowed_at = max(self.next_allowed_at, now + self.gap_s(r.fetch_duration_s))
+        self._host_signal(r, now)
+        if r.kind is Kind.ROBOTS:
+            return self._complete_robots(r, lease, now)
+        u = self.urls.get(r.url_id)
+        if u is None or r.url_version > u.version or r.url_version < u.accepted_version:
+            self._count("completions_stale")
+            return CompletionResult(Acceptance.STALE, reason="unknown URL or older round")
+        if r.url_version == u.accepted_version:
+            self._count("completions_duplicate")
+            return CompletionResult(Acceptance.DUPLICATE, url=u.url,
+                                    reason="this version was already accepted")
+        if r.url_version < u.version:
+            self._count("completions_stale")
+            return CompletionResult(Acceptance.STALE, url=u.url, reason="older round")
+        # Accept: this is the one result of this version.
+        u.accepted_version = u.version
+        if u.lease_id is not None and u.lease_id != r.lease_id:
+            self.in_flight.pop(u.lease_id, None)  # a re-let lease of this round is moot
+        u.lease_id, u.relet, u.attempt = None, False, 0
+        self._count("completions_accepted")
+        return self._apply(u, r, now)
+
+    def _host_signal(self, r: FetchResult, now: float) -> None:
+        """Backoff and allowance from what the host answered."""
+        if r.outcome is Outcome.THROTTLED:
+            until = parse_retry_after(r.retry_after, now)
+            if until is None:
+                until = now + backoff_delay(self.policy, self.backoff_exponent, self.rng)
+            self.backoff_until = max(self.backoff_until, until)
+            self.backoff_exponent += 1
+            self.allowance = cut_allowance(self.policy, self.allowance)
+            self._count("throttled")
+        elif r.outcome in HOST_TROUBLE:
+            self.backoff_until = max(self.backoff_until, now + backoff_delay(
+                self.policy, self.backoff_exponent, self.rng))
+            self.backoff_exponent += 1
+        elif r.outcome is Outcome.ADDRESS_BLOCKED:
+            self.backoff_until = max(self.backoff_until, now + self.cfg.address_block_s)
+        else:
+            self.backoff_exponent = 0
+            self.allowance = recover_allowance(self.policy, self.allowance)
+
+    def _complete_robots(self, r: FetchResult, lease: Lease | None, now: float
+                         ) -> CompletionResult:
+        if lease is None or self.robots_lease is None or \
+                lease.lease_id != self.robots_lease.lease_id:
+            self._count("completions_stale")
+            return CompletionResult(Acceptance.STALE, reason="unknown robots lease")
+        self.robots_lease = None
+        status = r.http_status if r.outcome not in HOST_TROUBLE | {Outcome.ADDRESS_BLOCKED} \
+            else None
+        self.robots, follow = after_fetch(
+            self.robots, RobotsFetch(status, r.robots_body, r.redirect_location, lease.url,
+                                     self._robots_hops), now, self.cfg.robots)
+        if follow is not None:
+            self.robots_follow = (follow, self._robots_hops + 1)
+        self._parsed = parse_robots(self.robots.body) if self.robots.body else None
+        self._crawl_delay = crawl_delay_s(self.robots, self.cfg.robots, self._parsed)
+        found = [(url, 0, 0, "ROBOTS_SITEMAP") for url in
+                 (self._parsed.sitemap_urls(lease.url) if self._parsed else [])]
+        self._count("robots_fetched")
+        return CompletionResult(Acceptance.ACCEPTED, url=lease.url, discovered=found,
+                                reason=f"robots {self.robots.status.value}")
+
+    def _schedule(self, u: UrlState, now: float, status: UrlStatus, after_s: float) -> None:
+        """The visit is over: record its status and queue the next visit."""
+        u.status = status
+        self._enqueue(u, now + after_s)
+
+    def _apply(self, u: UrlState, r: FetchResult, now: float) -> CompletionResult:
+        rc = self.cfg.recrawl
+        out = CompletionResult(Acceptance.ACCEPTED, url=u.url, reason=r.outcome.value)
+        if r.outcome in (Outcome.OK, Outcome.NOT_MODIFIED):
+            change = classify_change(u.text_hash, r.text_sha256,
+                                     not_modified=r.outcome is Outcome.NOT_MODIFIED)
+            if r.outcome is Outcome.OK:
+                u.content_hash, u.text_hash = r.body_sha256, r.text_sha256
+                u.etag, u.last_modified = r.etag, r.last_modified
+                out.index = True
+            out.change = change
+            u.last_fetch_at, u.failure_count, u.park_reason = now, 0, None
+            u.interval_s = next_interval(u.interval_s, change, u.priority, rc) \
+                if change is not Change.NEW else u.interval_s
+            self._schedule(u, now, UrlStatus.FETCHED, u.interval_s)
+        elif r.outcome is Outcome.REDIRECT:
+            u.last_fetch_at, u.failure_count = now, 0
+            hops = 1
+            if r.redirect_location and r.redirect_location != u.url:
+                out.discovered.append((r.redirect_location, u.depth, hops, "REDIRECT"))
+            else:
+                self._count("redirect_loops")
+            self._schedule(u, now, UrlStatus.FETCHED, rc.max_interval_s)
+        elif r.outcome is Outcome.GONE:
+            u.last_fetch_at, u.failure_count = now, 0
+            self._schedule(u, now, UrlStatus.TOMBSTONE, rc.tombstone_interval_s)
+        elif r.outcome in RETRYABLE:
+            u.failure_count += 1
+            if u.failure_count > self.cfg.max_retries:
+                u.failure_count = 0
+                self._park(u, now, f"{r.outcome.value} after {self.cfg.max_retries} retries")
+            else:
+                wait = self.cfg.retry_base_s * 2 ** (u.failure_count - 1)
+                u.status = UrlStatus.QUEUED
+                self._enqueue(u, max(now + wait * (0.5 + 0.5 * self.rng.random()),
+                                     self.backoff_until))
+        elif r.outcome is Outcome.ADDRESS_BLOCKED:
+            self._park(u, now, "address blocked by the SSRF policy")
+        else:  # CLIENT_ERROR, TOO_LARGE, UNSUPPORTED_TYPE, PARSE_ERROR: visited, nothing kept
+            u.last_fetch_at, u.failure_count = now, 0
+            self._schedule(u, now, UrlStatus.FETCHED, rc.max_interval_s)
+        return out
+
+    # -- snapshots ------------------------------------------------------------
+
+    def snapshot(self) -> dict[str, Any]:
+        """The host's durable state as plain data (what keyed state holds)."""
+        return {
+            "host_key": self.host_key, "policy": self.policy, "robots": self.robots,
+            "robots_version": self.robots_version, "robots_lease": self.robots_lease,
+            "robots_follow": self.robots_follow,
+            "robots_hops": getattr(self, "_robots_hops", 0),
+            "next_allowed_at": self.next_allowed_at, "backoff_until": self.backoff_until,
+            "backoff_exponent": self.backoff_exponent, "allowance": self.allowance,
+            "in_flight": dict(self.in_flight), "budget": replace(self.budget),
+            "templates": TemplateBudget(self.templates.day, dict(self.templates.counts)),
+            "urls": {k: _copy_url(u) for k, u in self.urls.items()},
+            "lease_seq": self._lease_seq, "rng": self.rng.getstate(),
+        }
+
+    @classmethod
+    def restore(cls, snap: dict[str, Any], cfg: FrontierConfig) -> HostFrontier:
+        """Rebuild a host from a snapshot; the queue is derived from the URL states."""
+        h = cls(snap["host_key"], cfg, policy=snap["policy"])
+        h.robots, h.robots_version = snap["robots"], snap["robots_version"]
+        h.robots_lease, h.robots_follow = snap["robots_lease"], snap["robots_follow"]
+        h._robots_hops = snap["robots_hops"]
+        h.next_allowed_at, h.backoff_until = snap["next_allowed_at"], snap["backoff_until"]
+        h.backoff_exponent, h.allowance = snap["backoff_exponent"], snap["allowance"]
+        h.in_flight = dict(snap["in_flight"])
+        h.budget = replace(snap["budget"])
+        h.templates = TemplateBudget(snap["templates"].day, dict(snap["templates"].counts))
+        h._lease_seq = snap["lease_seq"]
+        h.rng.setstate(snap["rng"])
+        h._parsed = parse_robots(h.robots.body) if h.robots.body else None
+        h._crawl_delay = crawl_delay_s(h.robots, cfg.robots, h._parsed)
+        for k, u in snap["urls"].items():
+            u = _copy_url(u)
+            h.urls[k] = u
+            if u.status is not UrlStatus.LEASED:
+                h._enqueue(u, u.next_fetch_at)
+        return h
+
+    def check_invariants(self) -> list[str]:
+        """Every URL is queued exactly once or held by a live lease: none can be lost."""
+        problems = []
+        live = {seq for _, seq, _ in self._due} | {e[3] for e in self._ready}
+        for u in self.urls.values():
+            if u.status is UrlStatus.LEASED:
+                if u.lease_id not in self.in_flight:
+                    problems.append(f"{u.url} is LEASED without a live lease")
+            elif u.token not in live:
+                problems.append(f"{u.url} is {u.status} but not queued")
+        return problems
+
+
+def _copy_url(u: UrlState) -> UrlState:
+    return UrlState(*(getattr(u, f.name) for f in fields(UrlState)))
+
+
+class Frontier:
+    """Many hosts behind one ready-heap keyed by each host's wake time (simulator, benches)."""
+
+    def __init__(self, cfg: FrontierConfig, seed: int = 0) -> None:
+        self.cfg = cfg
+        self.seed = seed
+        self.hosts: dict[str, HostFrontier] = {}
+        self.budget = DailyBudget()
+        self._heap: list[tuple[float, int, str]] = []
+        self._wake: dict[str, int] = {}
+        self._seq = 0
+
+    def host(self, host_key: str) -> HostFrontier:
+        h = self.hosts.get(host_key)
+        if h is None:
+            h = self.hosts[host_key] = HostFrontier(host_key, self.cfg, self.seed)
+        return h
+
+    def _reschedule(self, h: HostFrontier, now: float) -> None:
+        when = h.next_wake(now)
+        if when is None:
+            self._wake.pop(h.host_key, None)
+            return
+        self._seq += 1
+        self._wake[h.host_key] = self._seq
+        heapq.heappush(self._heap, (when, self._seq, h.host_key))
+
+    def discover(self, url: str, now: float, **kw: Any) -> Admission:
+        h = self.host(split_host_key(url)[0])
+        result = h.discover(url, now, **kw)
+        if result.accepted:
+            self._reschedule(h, now)
+        return result
+
+    def poll(self, now: float, limit: int | None = None) -> Iterator[Lease]:
+        """Leases every ready host may have now (one per host per wake)."""
+        granted = 0
+        heap = self._heap
+        while heap and heap[0][0] <= now and (limit is None or granted < limit):
+            _, seq, key = heapq.heappop(heap)
+            if self._wake.get(key) != seq:
+                continue
+            h = self.hosts[key]
+            lease = h.poll(now, self.budget)
+            self._reschedule(h, now)
+            if lease is not None:
+                granted += 1
+                yield lease
+
+    def complete(self, r: FetchResult, host_key: str, now: float) -> CompletionResult:
+        h = self.hosts[host_key]
+        out = h.complete(r, now)
+        self._reschedule(h, now)
+        return out
+
+    def next_wake(self) -> float | None:
+        while self._heap and self._wake.get(self._heap[0][2]) != self._heap[0][1]:
+            heapq.heappop(self._heap)
+        return self._heap[0][0] if self._heap else None
+
+    def snapshot(self) -> dict[str, Any]:
+        return {"hosts": {k: h.snapshot() for k, h in self.hosts.items()},
+                "budget": replace(self.budget)}
+
+    @classmethod
+    def restore(cls, snap: dict[str, Any], cfg: FrontierConfig, seed: int, now: float
+                ) -> Frontier:
+        f = cls(cfg, seed)
+        f.budget = replace(snap["budget"])
+        for key, hs in snap["hosts"].items():
+            f.hosts[key] = HostFrontier.restore(hs, cfg)
+            f._reschedule(f.hosts[key], now)
+        return f

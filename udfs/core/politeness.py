@@ -1,0 +1,90 @@
+"""Per-host politeness: the policy, the gap after a fetch, Retry-After and backoff.
+
+Pure functions of the policy, the host's counters and `now` (seconds). The
+host scheduler in `frontier.py` applies them; nothing else decides when a
+host may be contacted.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, replace
+from email.utils import parsedate_to_datetime
+from typing import Any
+
+
+@dataclass(frozen=True)
+class HostPolicy:
+    """How hard one host may be crawled. Global defaults come from the `politeness` section;
+    a per-host override replaces fields and carries its own `policy_version`."""
+
+    max_in_flight: int = 1
+    min_gap_s: float = 1.0
+    # Mercator: wait this many times the last fetch's duration (if longer than min_gap_s).
+    duration_factor: float = 10.0
+    max_gap_s: float = 120.0
+    backoff_base_s: float = 30.0
+    backoff_max_s: float = 3600.0
+    # After a 429/503 the host's allowance is multiplied by this (gaps grow, concurrency
+    # shrinks) and recovers by allowance_recovery per successful fetch, up to 1.
+    allowance_cut: float = 0.5
+    allowance_min: float = 0.1
+    allowance_recovery: float = 1.25
+    daily_budget: int = 100_000
+    policy_version: int = 0
+
+    @classmethod
+    def from_config(cls, section: dict[str, Any]) -> HostPolicy:
+        return cls(**{k: section[k] for k in cls.__dataclass_fields__ if k in section})
+
+    def override(self, fields: dict[str, Any], version: int) -> HostPolicy:
+        """A negotiated per-host policy: only this host's fields change, versioned."""
+        unknown = set(fields) - set(self.__dataclass_fields__) - {"policy_version"}
+        if unknown:
+            raise ValueError(f"unknown host policy fields: {sorted(unknown)}")
+        if version <= self.policy_version:
+            raise ValueError(f"policy_version {version} is not newer than {self.policy_version}")
+        return replace(self, **fields, policy_version=version)
+
+
+def effective_gap(policy: HostPolicy, allowance: float, crawl_delay_s: float = 0.0,
+                  fetch_duration_s: float = 0.0) -> float:
+    """Seconds to wait after a request before the next one to the same host."""
+    gap = max(policy.min_gap_s, crawl_delay_s, policy.duration_factor * fetch_duration_s)
+    gap = min(gap, max(policy.max_gap_s, policy.min_gap_s, crawl_delay_s))
+    return gap / max(allowance, policy.allowance_min)
+
+
+def effective_in_flight(policy: HostPolicy, allowance: float) -> int:
+    """Concurrent requests allowed now: the policy's limit scaled down by the allowance."""
+    return max(1, int(policy.max_in_flight * max(allowance, policy.allowance_min)))
+
+
+def parse_retry_after(value: str | None, now: float) -> float | None:
+    """Retry-After (RFC 9110 10.2.3) as an absolute time: delay-seconds or an HTTP-date."""
+    if value is None:
+        return None
+    text = value.strip()
+    if text.isdigit():
+        return now + int(text)
+    try:
+        when = parsedate_to_datetime(text)
+    except (TypeError, ValueError, IndexError):
+        return None
+    if when is None or when.tzinfo is None:
+        return None
+    return max(now, when.timestamp())
+
+
+def backoff_delay(policy: HostPolicy, exponent: int, rng: random.Random) -> float:
+    """Jittered exponential backoff: base * 2^exponent, capped, times a jitter in [0.5, 1]."""
+    raw = min(policy.backoff_max_s, policy.backoff_base_s * (2 ** min(exponent, 30)))
+    return raw * (0.5 + 0.5 * rng.random())
+
+
+def cut_allowance(policy: HostPolicy, allowance: float) -> float:
+    return max(policy.allowance_min, allowance * policy.allowance_cut)
+
+
+def recover_allowance(policy: HostPolicy, allowance: float) -> float:
+    return min(1.0, allowance * policy.allowance_recovery)
