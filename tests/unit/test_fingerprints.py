@@ -1,0 +1,132 @@
+"""Dedup fingerprints: URL ids with collision probing, SHA-256, SimHash, band index, Bloom."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from simhash import Simhash
+
+from udfs.core.fingerprints import (
+    BloomFilter,
+    SimHashIndex,
+    bits_per_item,
+    feature_hash64,
+    feature_hash_bytes,
+    from_signed64,
+    hamming,
+    sha256_hex,
+    simhash64,
+    text_hash,
+    to_signed64,
+    url_id,
+    url_ids,
+)
+from udfs.core.frontier import FrontierConfig, HostFrontier
+
+WORDS = ("crawler politeness frontier lease robots sitemap index flink kafka bloom "
+         "hash page host queue fetch parse link depth budget").split()
+
+
+def document(rng: random.Random, n_words: int) -> str:
+    return " ".join(rng.choice(WORDS) for _ in range(n_words))
+
+
+def reference(text: str) -> int:
+    """The `simhash` package with our feature hash."""
+    return Simhash(text, hashfunc=feature_hash_bytes).value
+
+
+@pytest.mark.parametrize("text", ["", "a", "ab", "abc", "abcd", "Hello, World!", "日本語のテキスト",
+                                  "ÄÖÜ straße", "x" * 50, "a b c d e f g h"])
+def test_simhash_is_bit_identical_to_the_package_on_edge_cases(text):
+    assert simhash64(text) == reference(text)
+
+
+def test_simhash_is_bit_identical_on_10kb_documents():
+    rng = random.Random(5)
+    for _ in range(5):
+        text = document(rng, 1700)
+        assert len(text) >= 10_000
+        assert simhash64(text) == reference(text)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.text(max_size=400))
+def test_simhash_is_bit_identical_on_arbitrary_text(text):
+    assert simhash64(text) == reference(text)
+
+
+def test_feature_hash_is_the_packages_hashfunc_form():
+    assert feature_hash_bytes(b"abcd") == feature_hash64("abcd").to_bytes(8, "big")
+    assert feature_hash64("abcd") != feature_hash64("abce")
+
+
+def test_near_duplicates_are_close_and_different_pages_are_far():
+    rng = random.Random(9)
+    base = document(rng, 1500)
+    words = base.split()
+    words[100] = "changed"
+    near = " ".join(words)
+    other = document(random.Random(10), 1500)
+    assert hamming(simhash64(base), simhash64(near)) <= 3
+    assert hamming(simhash64(base), simhash64(other)) > 3
+
+
+def test_band_index_finds_everything_within_k_and_nothing_beyond():
+    rng = random.Random(1)
+    index = SimHashIndex(k=3)
+    stored = {}
+    for i in range(2000):
+        fp = rng.getrandbits(64)
+        stored[f"d{i}"] = fp
+        index.add(f"d{i}", fp)
+    for _ in range(200):
+        target_id, target = rng.choice(list(stored.items()))
+        flips = rng.sample(range(64), rng.randint(0, 5))
+        probe = target
+        for bit in flips:
+            probe ^= 1 << bit
+        found = dict(index.near(probe))
+        expected = {d for d, fp in stored.items() if hamming(fp, probe) <= 3}
+        assert set(found) == expected
+        assert (target_id in found) == (len(flips) <= 3)
+
+
+def test_url_ids_and_collision_probing():
+    assert url_id("http://a/") == url_id("http://a/") and len(url_id("http://a/")) == 16
+    assert list(url_ids("http://a/"))[1] != url_id("http://a/")
+    # Force a 64-bit collision: /a's state sits under /b's first id.
+    h = HostFrontier("http://h.example", FrontierConfig())
+    adm_a = h.discover("http://h.example/a", 0.0)
+    h.urls[url_id("http://h.example/b")] = h.urls.pop(adm_a.url_id)
+    adm_b = h.discover("http://h.example/b", 0.0)
+    assert adm_b.accepted and adm_b.url_id == url_id("http://h.example/b", 1)
+    assert h.stats["url_id_collisions"] == 1
+    # Found again through the same probe, never merged with the squatter.
+    assert h.discover("http://h.example/b", 1.0).reason == "known"
+    assert h.urls[adm_b.url_id].url == "http://h.example/b"
+
+
+def test_content_hashes():
+    assert sha256_hex(b"") == "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
+    assert text_hash("a  b\n c") == text_hash("a b c") != text_hash("a b d")
+
+
+def test_signed_conversion_for_avro_longs():
+    for v in (0, 1, (1 << 63) - 1, 1 << 63, (1 << 64) - 1):
+        s = to_signed64(v)
+        assert -(1 << 63) <= s < (1 << 63) and from_signed64(s) == v
+
+
+def test_bloom_filter_sizing_and_no_false_negatives():
+    assert round(bits_per_item(0.01), 2) == 9.59
+    bloom = BloomFilter(10_000, 0.01)
+    items = [f"http://h/{i}" for i in range(10_000)]
+    for item in items:
+        bloom.add(item)
+    assert all(bloom.maybe_contains(i) for i in items)
+    false_pos = sum(bloom.maybe_contains(f"http://other/{i}") for i in range(20_000)) / 20_000
+    assert false_pos < 0.02
