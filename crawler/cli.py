@@ -100,6 +100,45 @@ def _cmd_schemas(args: argparse.Namespace) -> int:
     return 1 if problems else 0
 
 
+def _cmd_plan(args: argparse.Namespace) -> int:
+    import json
+
+    from udfs.core.capacity import load_assumptions, plan, render
+
+    try:
+        figures = plan(load_assumptions(args.assumptions))
+    except (OSError, ValueError) as exc:
+        print(f"crawl plan: {exc}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps({f.name: {"value": f.value, "unit": f.unit} for f in figures},
+                         indent=2))
+    else:
+        print(render(figures))
+    return 0
+
+
+def _cmd_simulate(args: argparse.Namespace) -> int:
+    from crawler.simulate import FAULTS, SimConfig, main_line
+
+    faults = FAULTS if args.faults == "all" else tuple(
+        f for f in args.faults.split(",") if f and f != "none")
+    unknown = set(faults) - set(FAULTS)
+    if unknown:
+        print(f"crawl simulate: unknown faults {sorted(unknown)}; known: {', '.join(FAULTS)}",
+              file=sys.stderr)
+        return 2
+    line = main_line(SimConfig(hosts=args.hosts, fetches=args.fetches, seed=args.seed,
+                               faults=faults))
+    print(line)
+    import json
+
+    result = json.loads(line)
+    ok = result["violations"] == 0 and result["lost_urls"] == 0 and \
+        result["double_completions"] == 0
+    return 0 if ok else 1
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="crawl", description=_DESCRIPTION, epilog=_EPILOG,
@@ -140,6 +179,31 @@ def build_parser() -> argparse.ArgumentParser:
                        "`check` only validates it (exit 2 with the key on error).")
     p.add_argument("action", choices=["show", "check"])
     p.set_defaults(func=_cmd_config)
+
+    p = sub.add_parser("plan", help="print the capacity model derived from assumptions",
+                       description="The design's arithmetic from a YAML of assumptions "
+                       "(defaults: udfs/capacity-assumptions.yaml): fetch rates, revisits per "
+                       "day, ingress, URL state, Bloom filter size, fingerprint collisions, "
+                       "back queues, connections in flight (Little's law), fetcher and parser "
+                       "slots.")
+    p.add_argument("--assumptions", metavar="FILE",
+                   help="YAML overriding some assumptions (unknown keys are refused)")
+    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    p.set_defaults(func=_cmd_plan)
+
+    p = sub.add_parser("simulate", help="run the deterministic scheduling simulation",
+                       description="The frontier core against a synthetic web on a virtual "
+                       "clock, with injected faults; prints one JSON line (fetches, "
+                       "violations, lost_urls, double_completions, eligibility lag). The same "
+                       "seed gives the same line. Exit 1 if any invariant is broken.")
+    p.add_argument("--hosts", type=int, default=1000, help="number of hosts (default 1000)")
+    p.add_argument("--fetches", type=int, default=100_000,
+                   help="stop after this many requests (default 100000)")
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--faults", default="all", metavar="LIST",
+                   help="comma-separated faults, 'all' (default) or 'none': lost_completion, "
+                   "duplicate_completion, lease_expiry, robots_5xx, crash")
+    p.set_defaults(func=_cmd_simulate)
 
     p = sub.add_parser("schemas", help="check the Avro schemas' compatibility and version lock",
                        description="Every schema's newest version must read data written with "

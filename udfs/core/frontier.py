@@ -19,15 +19,16 @@ version; later ones for the same version are duplicates, older versions stale.
 from __future__ import annotations
 
 import heapq
-import random
 from collections.abc import Iterator
 from dataclasses import dataclass, field, fields, replace
 from enum import StrEnum
+from operator import attrgetter
 from typing import Any
 
 from udfs.core.fingerprints import url_ids
 from udfs.core.politeness import (
     HostPolicy,
+    Jitter,
     backoff_delay,
     cut_allowance,
     effective_gap,
@@ -217,7 +218,7 @@ class HostFrontier:
         self.host_key = host_key
         self.cfg = cfg
         self.policy = policy or cfg.host
-        self.rng = random.Random(f"{seed}:{host_key}")
+        self.rng = Jitter(f"{seed}:{host_key}")
         self.robots = RobotsState()
         self.robots_version = 0
         self.robots_lease: Lease | None = None
@@ -238,6 +239,10 @@ class HostFrontier:
         self._parsed: RobotsTxt | None = None
         self._crawl_delay = 0.0
         self.stats: dict[str, int] = {}
+        # Snapshots are incremental, as Flink's are: only URLs changed since the last
+        # one are copied again.
+        self._dirty: set[str] = set()
+        self._snap_urls: dict[str, tuple] = {}
 
     # -- policy ---------------------------------------------------------------
 
@@ -257,6 +262,7 @@ class HostFrontier:
     # -- queue ----------------------------------------------------------------
 
     def _enqueue(self, u: UrlState, due: float) -> None:
+        self._dirty.add(u.url_id)
         self._seq += 1
         u.token = self._seq
         u.next_fetch_at = due
@@ -312,14 +318,18 @@ class HostFrontier:
         raise RuntimeError(f"no free url_id for {url} after probing")  # pragma: no cover
 
     def discover(self, url: str, now: float, *, depth: int = 0, priority: float | None = None,
-                 is_seed: bool = False, redirect_hops: int = 0) -> Admission:
-        """Admit a normalized URL of this host, unless known or refused by a trap rule."""
-        if split_host_key(url)[0] != self.host_key:
+                 is_seed: bool = False, redirect_hops: int = 0, checked: bool = False
+                 ) -> Admission:
+        """Admit a normalized URL of this host, unless known or refused by a trap rule.
+
+        `checked` says the caller already routed the URL by its host_key."""
+        if not checked and split_host_key(url)[0] != self.host_key:
             raise ValueError(f"{url} does not belong to {self.host_key}")
         uid, known = self.find(url)
         if known is not None:
             if priority is not None and priority > known.priority:
                 known.priority = priority
+                self._dirty.add(uid)
             return Admission(False, uid, "known")
         reason = check_url(url, depth, self.cfg.traps)
         if reason is None and redirect_hops > self.cfg.max_redirect_hops:
@@ -354,6 +364,7 @@ class HostFrontier:
             u = self.urls.get(lease.url_id)
             if u is None or u.lease_id != lease.lease_id or u.status is not UrlStatus.LEASED:
                 continue
+            self._dirty.add(u.url_id)
             u.lease_id = None
             if u.attempt < self.cfg.max_lease_attempts:
                 u.status, u.relet = UrlStatus.QUEUED, True
@@ -440,6 +451,7 @@ class HostFrontier:
                 u.attempt = 1
             u.relet = False
             u.status = UrlStatus.LEASED
+            self._dirty.add(u.url_id)
             lease = Lease(self._new_lease_id(), u.url_id, u.version, u.attempt, now,
                           now + self.cfg.lease_timeout_s, u.url, self.host_key, Kind.PAGE,
                           u.depth, u.etag, u.last_modified if u.etag is None else None)
@@ -487,6 +499,7 @@ class HostFrontier:
             self._count("completions_stale")
             return CompletionResult(Acceptance.STALE, url=u.url, reason="older round")
         # Accept: this is the one result of this version.
+        self._dirty.add(u.url_id)
         u.accepted_version = u.version
         if u.lease_id is not None and u.lease_id != r.lease_id:
             self.in_flight.pop(u.lease_id, None)  # a re-let lease of this round is moot
@@ -499,14 +512,14 @@ class HostFrontier:
         if r.outcome is Outcome.THROTTLED:
             until = parse_retry_after(r.retry_after, now)
             if until is None:
-                until = now + backoff_delay(self.policy, self.backoff_exponent, self.rng)
+                until = now + backoff_delay(self.policy, self.backoff_exponent, self.rng.random())
             self.backoff_until = max(self.backoff_until, until)
             self.backoff_exponent += 1
             self.allowance = cut_allowance(self.policy, self.allowance)
             self._count("throttled")
         elif r.outcome in HOST_TROUBLE:
             self.backoff_until = max(self.backoff_until, now + backoff_delay(
-                self.policy, self.backoff_exponent, self.rng))
+                self.policy, self.backoff_exponent, self.rng.random()))
             self.backoff_exponent += 1
         elif r.outcome is Outcome.ADDRESS_BLOCKED:
             self.backoff_until = max(self.backoff_until, now + self.cfg.address_block_s)
@@ -597,9 +610,21 @@ class HostFrontier:
             "backoff_exponent": self.backoff_exponent, "allowance": self.allowance,
             "in_flight": dict(self.in_flight), "budget": replace(self.budget),
             "templates": TemplateBudget(self.templates.day, dict(self.templates.counts)),
-            "urls": {k: _copy_url(u) for k, u in self.urls.items()},
-            "lease_seq": self._lease_seq, "rng": self.rng.getstate(),
+            "urls": self._snapshot_urls(),
+            "lease_seq": self._lease_seq, "rng": self.rng.state,
         }
+
+    def _snapshot_urls(self) -> dict[str, tuple]:
+        """URL states as tuples (immutable, so unchanged ones are shared between snapshots)."""
+        cache = self._snap_urls
+        for uid in self._dirty:
+            u = self.urls.get(uid)
+            if u is None:
+                cache.pop(uid, None)
+            else:
+                cache[uid] = _URL_FIELDS(u)
+        self._dirty.clear()
+        return dict(cache)
 
     @classmethod
     def restore(cls, snap: dict[str, Any], cfg: FrontierConfig) -> HostFrontier:
@@ -614,14 +639,17 @@ class HostFrontier:
         h.budget = replace(snap["budget"])
         h.templates = TemplateBudget(snap["templates"].day, dict(snap["templates"].counts))
         h._lease_seq = snap["lease_seq"]
-        h.rng.setstate(snap["rng"])
+        h.rng.state = snap["rng"]
         h._parsed = parse_robots(h.robots.body) if h.robots.body else None
         h._crawl_delay = crawl_delay_s(h.robots, cfg.robots, h._parsed)
-        for k, u in snap["urls"].items():
-            u = _copy_url(u)
+        # Sorted, so that the rebuilt queue does not depend on the snapshot's dict order.
+        for k, saved in sorted(snap["urls"].items(), key=lambda kv: (kv[1][_NEXT_FETCH_AT], kv[0])):
+            u = UrlState(*saved)
             h.urls[k] = u
+            h._snap_urls[k] = saved
             if u.status is not UrlStatus.LEASED:
                 h._enqueue(u, u.next_fetch_at)
+        h._dirty.clear()
         return h
 
     def check_invariants(self) -> list[str]:
@@ -637,8 +665,8 @@ class HostFrontier:
         return problems
 
 
-def _copy_url(u: UrlState) -> UrlState:
-    return UrlState(*(getattr(u, f.name) for f in fields(UrlState)))
+_URL_FIELDS = attrgetter(*(f.name for f in fields(UrlState)))
+_NEXT_FETCH_AT = [f.name for f in fields(UrlState)].index("next_fetch_at")
 
 
 class Frontier:
@@ -652,6 +680,8 @@ class Frontier:
         self._heap: list[tuple[float, int, str]] = []
         self._wake: dict[str, int] = {}
         self._seq = 0
+        self._touched: set[str] = set()  # hosts changed since the last snapshot
+        self._snap_hosts: dict[str, dict[str, Any]] = {}
 
     def host(self, host_key: str) -> HostFrontier:
         h = self.hosts.get(host_key)
@@ -660,6 +690,7 @@ class Frontier:
         return h
 
     def _reschedule(self, h: HostFrontier, now: float) -> None:
+        self._touched.add(h.host_key)
         when = h.next_wake(now)
         if when is None:
             self._wake.pop(h.host_key, None)
@@ -670,7 +701,8 @@ class Frontier:
 
     def discover(self, url: str, now: float, **kw: Any) -> Admission:
         h = self.host(split_host_key(url)[0])
-        result = h.discover(url, now, **kw)
+        result = h.discover(url, now, checked=True, **kw)
+        self._touched.add(h.host_key)
         if result.accepted:
             self._reschedule(h, now)
         return result
@@ -702,7 +734,10 @@ class Frontier:
         return self._heap[0][0] if self._heap else None
 
     def snapshot(self) -> dict[str, Any]:
-        return {"hosts": {k: h.snapshot() for k, h in self.hosts.items()},
+        for key in self._touched:
+            self._snap_hosts[key] = self.hosts[key].snapshot()
+        self._touched.clear()
+        return {"hosts": {k: self._snap_hosts[k] for k in self.hosts},
                 "budget": replace(self.budget)}
 
     @classmethod
@@ -712,5 +747,7 @@ class Frontier:
         f.budget = replace(snap["budget"])
         for key, hs in snap["hosts"].items():
             f.hosts[key] = HostFrontier.restore(hs, cfg)
+            f._snap_hosts[key] = hs
             f._reschedule(f.hosts[key], now)
+        f._touched.clear()
         return f

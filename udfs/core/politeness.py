@@ -7,7 +7,6 @@ host may be contacted.
 
 from __future__ import annotations
 
-import random
 from dataclasses import dataclass, replace
 from email.utils import parsedate_to_datetime
 from typing import Any
@@ -76,10 +75,34 @@ def parse_retry_after(value: str | None, now: float) -> float | None:
     return max(now, when.timestamp())
 
 
-def backoff_delay(policy: HostPolicy, exponent: int, rng: random.Random) -> float:
-    """Jittered exponential backoff: base * 2^exponent, capped, times a jitter in [0.5, 1]."""
+def backoff_delay(policy: HostPolicy, exponent: int, unit: float) -> float:
+    """Jittered exponential backoff: base * 2^exponent, capped, times a jitter in [0.5, 1].
+
+    `unit` is a uniform draw in [0, 1) supplied by the caller (see `Jitter`).
+    """
     raw = min(policy.backoff_max_s, policy.backoff_base_s * (2 ** min(exponent, 30)))
-    return raw * (0.5 + 0.5 * rng.random())
+    return raw * (0.5 + 0.5 * unit)
+
+
+class Jitter:
+    """A tiny deterministic generator of uniform draws whose whole state is one integer
+    (cheap to keep in keyed state and to snapshot): splitmix64 over a counter."""
+
+    __slots__ = ("state",)
+
+    def __init__(self, seed: int | str) -> None:
+        import hashlib
+
+        if isinstance(seed, str):
+            seed = int.from_bytes(hashlib.blake2b(seed.encode(), digest_size=8).digest(), "big")
+        self.state = seed & 0xFFFFFFFFFFFFFFFF
+
+    def random(self) -> float:
+        self.state = (self.state + 0x9E3779B97F4A7C15) & 0xFFFFFFFFFFFFFFFF
+        z = self.state
+        z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & 0xFFFFFFFFFFFFFFFF
+        z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & 0xFFFFFFFFFFFFFFFF
+        return ((z ^ (z >> 31)) >> 11) / float(1 << 53)
 
 
 def cut_allowance(policy: HostPolicy, allowance: float) -> float:

@@ -56,7 +56,8 @@ def check_url(url: str, depth: int, policy: TrapPolicy) -> TrapReason | None:
     if query and query.count("&") + 1 > policy.max_query_params:
         return TrapReason.QUERY_PARAMS
     segments = [s for s in path.split("/") if s]
-    if segments and max(Counter(segments).values()) > policy.max_segment_repeats:
+    if len(set(segments)) < len(segments) and \
+            max(Counter(segments).values()) > policy.max_segment_repeats:
         return TrapReason.REPEATED_SEGMENTS
     return None
 

@@ -1,0 +1,456 @@
+"""`crawl simulate`: the whole scheduling loop on a virtual clock, against a synthetic web.
+
+Deterministic for a seed. The frontier core (`udfs.core.frontier.Frontier`) grants
+leases; a simulated fetcher with a bounded number of slots fetches them from
+a model of many hosts (robots.txt variants, Retry-After, slow and failing
+hosts, redirects, 404s, changing pages) and reports completions; links found
+on pages flow back into discovery. An independent oracle reads the request
+log and counts politeness violations.
+
+Faults (all on by default): lost completions (the lease expires and is re-let),
+duplicate completions, leases that wait past their expiry in the fetcher's
+backlog (dropped, re-let), robots.txt answering 5xx before it recovers, and
+scheduler crashes restored from the last checkpoint snapshot. Leases are
+delivered to the fetcher only when a checkpoint commits them (the
+exactly-once lease topic), so a crash never leaves the fetcher working on a
+lease the restored frontier does not know.
+"""
+
+from __future__ import annotations
+
+import heapq
+import json
+import random
+from collections import deque
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from udfs.config import load_defaults
+from udfs.core.frontier import Acceptance, FetchResult, Frontier, FrontierConfig, Kind, Outcome
+from udfs.core.politeness import Jitter
+from udfs.core.robots import RobotsPolicy, parse_robots
+from udfs.core.urls import split_host_key
+
+FAULTS = ("lost_completion", "duplicate_completion", "lease_expiry", "robots_5xx", "crash")
+UA = RobotsPolicy().user_agent
+
+
+@dataclass
+class SimHost:
+    key: str
+    pages: int
+    robots_kind: str  # rules | missing | flaky | redirect | delay
+    latency_s: float
+    throttle_p: float
+    retry_after: str | None
+    error_p: float
+    max_in_flight: int = 1
+    robots_failures_left: int = 0
+    version: list[int] = field(default_factory=list)
+
+    def robots_body(self) -> str:
+        if self.robots_kind == "delay":
+            return f"User-agent: *\nCrawl-delay: 2\nDisallow: /private/\nSitemap: {self.key}/s\n"
+        return f"User-agent: *\nDisallow: /private/\nUser-agent: {UA}\nDisallow: /private/\n" \
+               f"Disallow: /*?sort=\n"
+
+
+@dataclass
+class Request:
+    host: str
+    kind: Kind
+    path: str
+    start: float
+    end: float
+    status: int
+    retry_after: float | None
+
+
+class SyntheticWeb:
+    """Deterministic hosts and pages; answers a request at a time."""
+
+    def __init__(self, n_hosts: int, rng: random.Random, faults: set[str]) -> None:
+        self.rng = rng
+        self.hosts: dict[str, SimHost] = {}
+        kinds = ["rules", "rules", "rules", "missing", "redirect", "delay"]
+        if "robots_5xx" in faults:
+            kinds.append("flaky")
+        for i in range(n_hosts):
+            key = f"http://h{i}.sim"
+            pages = 50_000 if i == 0 else int(20 * 10 ** rng.random() * 10)
+            kind = rng.choice(kinds)
+            host = SimHost(
+                key, pages, kind, latency_s=0.05 + 0.5 * rng.random() ** 3,
+                throttle_p=0.02 if i % 7 == 3 else 0.0,
+                retry_after=rng.choice(["30", None]) if i % 7 == 3 else None,
+                error_p=0.03 if i % 11 == 5 else 0.002,
+                max_in_flight=2 if i % 13 == 6 else 1,
+                robots_failures_left=rng.randint(1, 3) if kind == "flaky" else 0)
+            host.version = [0] * host.pages
+            self.hosts[key] = host
+        self.host_list = list(self.hosts.values())
+
+    def robots_rules(self, host: SimHost):
+        return parse_robots(host.robots_body())
+
+    def links(self, host: SimHost, page: int) -> list[str]:
+        r = Jitter(f"{host.key}/{page}")  # the same links every visit
+
+        def pick(n: int) -> int:
+            return int(r.random() * n)
+
+        out = [f"{host.key}/p/{pick(host.pages)}" for _ in range(5)]
+        if r.random() < 0.2:
+            out.append(f"{host.key}/private/{pick(100)}")
+        if r.random() < 0.1:
+            out.append(f"{host.key}/p/{pick(host.pages)}?sort=asc")
+        if r.random() < 0.3:
+            other = self.host_list[pick(len(self.host_list))]
+            out.append(f"{other.key}/p/{pick(other.pages)}")
+        return out
+
+    def answer(self, host: SimHost, kind: Kind, path: str, now: float
+               ) -> tuple[int, dict[str, Any]]:
+        """(HTTP status or 0 for a connection error, details)."""
+        rng = self.rng
+        if kind is Kind.ROBOTS:
+            if host.robots_failures_left > 0:
+                host.robots_failures_left -= 1
+                return 503, {}
+            if host.robots_kind == "missing":
+                return 404, {}
+            if host.robots_kind == "redirect" and path == "/robots.txt":
+                return 301, {"location": "/real-robots.txt"}
+            return 200, {"body": host.robots_body()}
+        if rng.random() < host.throttle_p:
+            return 429 if host.retry_after else 503, {"retry_after": host.retry_after}
+        if rng.random() < host.error_p:
+            return rng.choice([500, 0]), {}
+        if path == "/" or path.startswith("/p/"):
+            page = 0 if path == "/" else int(path.split("/")[2].split("?")[0])
+            if page % 97 == 13:
+                return 404, {}
+            if page % 89 == 7:
+                return 301, {"location": f"{host.key}/p/{(page + 1) % host.pages}"}
+            if rng.random() < 0.3:
+                host.version[page] += 1  # the page changed since the last visit
+            return 200, {"text": f"{host.key}{path}#{host.version[page]}",
+                         "links": self.links(host, page)}
+        return 404, {}
+
+
+def _percentile(values: list[float], q: float) -> float:
+    if not values:
+        return 0.0
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+@dataclass
+class SimConfig:
+    hosts: int = 1000
+    fetches: int = 100_000
+    seed: int = 1
+    faults: tuple[str, ...] = FAULTS
+    fetch_slots: int = 2000
+    checkpoint_s: float = 5.0
+    crashes: int = 3
+    fault_p: float = 0.01
+
+
+def simulation_frontier_config() -> FrontierConfig:
+    """The configured policies, with recrawl intervals shrunk from days to minutes so a
+    run of virtual minutes exercises revisits; politeness stays as configured."""
+    cfg = FrontierConfig.from_config(load_defaults())
+    recrawl = replace(cfg.recrawl, min_interval_s=60.0, max_interval_s=1800.0,
+                      high_value_interval_s=60.0, tombstone_interval_s=5400.0,
+                      failed_visit_interval_s=600.0)
+    return replace(cfg, recrawl=recrawl, lease_timeout_s=30.0, retry_base_s=5.0)
+
+
+class Simulation:
+    def __init__(self, sc: SimConfig) -> None:
+        self.sc = sc
+        self.rng = random.Random(sc.seed)
+        self.faults = set(sc.faults)
+        self.cfg = simulation_frontier_config()
+        self.web = SyntheticWeb(sc.hosts, random.Random(sc.seed + 1), self.faults)
+        self.frontier = Frontier(self.cfg, sc.seed)
+        self.events: list[tuple[float, int, str, Any]] = []
+        self.seq = 0
+        self.pending_leases: list[tuple[Any, float]] = []  # granted, not yet committed
+        self.backlog: deque = deque()  # committed leases waiting for a fetch slot
+        self.busy = 0
+        self.host_blocked: dict[str, float] = {}  # the fetcher's memory of Retry-After
+        self.log: list[Request] = []
+        self.input_log: list[tuple[str, Any]] = []
+        self.snapshot = self.frontier.snapshot()
+        self.snapshot_admitted: dict[str, int] = {}
+        self.admitted: dict[str, int] = {}  # url → admissions (must stay 1)
+        self.indexed: dict[tuple[str, int], int] = {}
+        self.pending_index: list[tuple[str, int]] = []  # emitted, not yet committed
+        self.lags: list[float] = []
+        self.m: dict[str, int] = {k: 0 for k in (
+            "fetches", "robots_fetches", "completions_lost", "completions_duplicated",
+            "leases_dropped_expired", "crashes", "accepted", "duplicates", "stale",
+            "index_events", "double_completions", "refused")}
+
+    # -- plumbing -------------------------------------------------------------
+
+    def at(self, when: float, kind: str, payload: Any) -> None:
+        self.seq += 1
+        heapq.heappush(self.events, (when, self.seq, kind, payload))
+
+    def discover(self, url: str, now: float, **kw: Any) -> None:
+        self.input_log.append(("discover", (url, now, kw)))
+        adm = self.frontier.discover(url, now, **kw)
+        if adm.accepted:
+            self.admitted[url] = self.admitted.get(url, 0) + 1
+        elif adm.reason != "known":
+            self.m["refused"] += 1
+
+    def poll(self, now: float) -> None:
+        for lease in self.frontier.poll(now):
+            if lease.kind is Kind.PAGE:
+                h = self.frontier.hosts[lease.host_key]
+                u = h.urls[lease.url_id]
+                if u.priority >= self.cfg.recrawl.high_value_priority:
+                    self.lags.append(now - u.next_fetch_at)
+            self.pending_leases.append((lease, now))
+
+    # -- checkpoints and crashes ------------------------------------------------
+
+    def checkpoint(self, now: float) -> None:
+        self.snapshot = self.frontier.snapshot()
+        self.snapshot_admitted = dict(self.admitted)
+        self.input_log.clear()
+        for ident in self.pending_index:  # the index topic's transaction commits
+            self.indexed[ident] = self.indexed.get(ident, 0) + 1
+            self.m["index_events"] += 1
+            if self.indexed[ident] > 1:
+                self.m["double_completions"] += 1
+        self.pending_index.clear()
+        for lease, _ in self.pending_leases:  # the lease topic's transaction commits
+            self.backlog.append((lease, now))
+        self.pending_leases.clear()
+        self.start_fetches(now)
+
+    def crash(self, now: float) -> None:
+        """Lose the frontier's memory; restore the last snapshot and replay its inputs."""
+        self.m["crashes"] += 1
+        replay = list(self.input_log)
+        self.frontier = Frontier.restore(self.snapshot, self.cfg, self.sc.seed, now)
+        self.admitted = dict(self.snapshot_admitted)
+        self.pending_leases.clear()  # uncommitted: the fetcher never saw them
+        self.pending_index.clear()  # uncommitted: aborted with the transaction
+        self.input_log.clear()
+        for kind, args in replay:  # the sources rewind to the checkpoint's offsets
+            if kind == "discover":
+                url, _, kw = args
+                self.discover(url, now, **kw)
+            else:
+                self.complete(args, now)
+
+    # -- the fetcher ------------------------------------------------------------
+
+    def start_fetches(self, now: float) -> None:
+        while self.backlog and self.busy < self.sc.fetch_slots:
+            lease, _ = self.backlog.popleft()
+            if "lease_expiry" in self.faults and self.rng.random() < self.sc.fault_p:
+                self.m["leases_dropped_expired"] += 1  # stuck in the backlog past expiry
+                continue
+            # The fetcher's own guard: a host that answered Retry-After is not contacted
+            # before it ends, even when the frontier never heard of it (lost completion).
+            start = max(now, self.host_blocked.get(lease.host_key, 0.0))
+            if lease.expires_at <= start:
+                self.m["leases_dropped_expired"] += 1
+                continue
+            if start > now:
+                self.busy += 1
+                self.at(start, "start", lease)
+                continue
+            self.fetch(lease, now)
+
+    def fetch(self, lease, now: float) -> None:
+        host = self.web.hosts[lease.host_key]
+        path = lease.url[len(lease.host_key):]
+        status, details = self.web.answer(host, lease.kind, path, now)
+        duration = min(host.latency_s * (1 + self.rng.random()), 20.0)
+        end = now + duration
+        ra = details.get("retry_after")
+        if ra and status == 429:
+            self.host_blocked[lease.host_key] = max(self.host_blocked.get(lease.host_key, 0.0),
+                                                    end + float(ra))
+        self.log.append(Request(lease.host_key, lease.kind, path, now, end, status,
+                                float(ra) if ra else None))
+        self.m["fetches"] += 1
+        if lease.kind is Kind.ROBOTS:
+            self.m["robots_fetches"] += 1
+        self.busy += 1
+        self.at(end, "fetched", (lease, status, details, duration))
+
+    def fetched(self, payload, now: float) -> None:
+        lease, status, details, duration = payload
+        self.busy -= 1
+        outcome = {200: Outcome.OK, 301: Outcome.REDIRECT, 404: Outcome.GONE,
+                   429: Outcome.THROTTLED, 503: Outcome.THROTTLED, 500: Outcome.SERVER_ERROR,
+                   0: Outcome.CONNECT_ERROR}[status]
+        if lease.kind is Kind.ROBOTS and status == 503:
+            outcome = Outcome.SERVER_ERROR
+        text = details.get("text")
+        result = FetchResult(
+            lease.lease_id, lease.url_id, lease.url_version, outcome, lease.kind, lease.attempt,
+            http_status=status or None, fetch_duration_s=duration,
+            retry_after=details.get("retry_after"), redirect_location=details.get("location"),
+            body_sha256=text and f"b:{text}", text_sha256=text and f"t:{text}",
+            robots_body=details.get("body"))
+        delay = 0.05
+        if "lost_completion" in self.faults and self.rng.random() < self.sc.fault_p:
+            self.m["completions_lost"] += 1
+        else:
+            self.at(now + delay, "complete", (result, lease.host_key, details.get("links", [])))
+            if "duplicate_completion" in self.faults and self.rng.random() < self.sc.fault_p:
+                self.m["completions_duplicated"] += 1
+                self.at(now + delay + self.rng.random() * 20, "complete",
+                        (result, lease.host_key, details.get("links", [])))
+        self.start_fetches(now)
+
+    def complete(self, payload, now: float) -> None:
+        self.input_log.append(("complete", payload))
+        result, host_key, links = payload
+        out = self.frontier.complete(result, host_key, now)
+        key = {Acceptance.ACCEPTED: "accepted", Acceptance.DUPLICATE: "duplicates",
+               Acceptance.STALE: "stale"}[out.verdict]
+        self.m[key] += 1
+        if out.verdict is not Acceptance.ACCEPTED:
+            return
+        if out.index:
+            self.pending_index.append((result.url_id, result.url_version))
+        h = self.frontier.hosts[host_key]
+        depth = h.urls[result.url_id].depth if result.kind is Kind.PAGE else 0
+        for url in links:
+            self.discover(url, now, depth=depth + 1)
+        for url, d, hops, _ in out.discovered:
+            self.discover(url, now, depth=d + 1, redirect_hops=hops)
+
+    # -- main loop ----------------------------------------------------------------
+
+    def run(self) -> dict[str, Any]:
+        sc = self.sc
+        for host in self.web.hosts.values():
+            self.discover(host.key + "/", 0.0, is_seed=True)
+            if host.max_in_flight > 1:
+                h = self.frontier.host(host.key)
+                h.set_policy(h.policy.override({"max_in_flight": host.max_in_flight}, 1))
+        crash_every = sc.fetches // (sc.crashes + 1) if "crash" in self.faults and \
+            sc.crashes else None
+        next_crash = crash_every
+        next_checkpoint = sc.checkpoint_s
+        now = 0.0
+        guard = 0
+        while self.m["fetches"] < sc.fetches:
+            guard += 1
+            if guard > 50 * sc.fetches + 10_000:
+                raise RuntimeError("simulation stopped making progress")
+            wake = self.frontier.next_wake()
+            candidates = [next_checkpoint]
+            if self.events:
+                candidates.append(self.events[0][0])
+            if wake is not None:
+                candidates.append(wake)
+            now = max(now, min(candidates))
+            while self.events and self.events[0][0] <= now:
+                _, _, kind, payload = heapq.heappop(self.events)
+                if kind == "fetched":
+                    self.fetched(payload, now)
+                elif kind == "start":
+                    self.busy -= 1
+                    self.fetch(payload, now)
+                else:
+                    self.complete(payload, now)
+            self.poll(now)
+            if now >= next_checkpoint:
+                self.checkpoint(now)
+                next_checkpoint = now + sc.checkpoint_s
+            if next_crash is not None and self.m["fetches"] >= next_crash and \
+                    self.m["crashes"] < sc.crashes:
+                self.crash(now)
+                next_crash += crash_every
+        return self.report(now)
+
+    # -- the oracle ---------------------------------------------------------------
+
+    def violations(self) -> dict[str, int]:
+        out = {"gap": 0, "concurrency": 0, "retry_after": 0, "before_robots": 0,
+               "disallowed": 0}
+        by_host: dict[str, list[Request]] = {}
+        for r in self.log:
+            by_host.setdefault(r.host, []).append(r)
+        policy = self.cfg.host
+        for key, reqs in by_host.items():
+            host = self.web.hosts[key]
+            rules = self.web.robots_rules(host)
+            gap = max(policy.min_gap_s, 2.0 if host.robots_kind == "delay" else 0.0)
+            robots_ok_at: float | None = None
+            windows: list[tuple[float, float]] = []  # (429 received, Retry-After ends)
+            active: list[float] = []
+            prev_start: float | None = None
+            for r in reqs:
+                active = [e for e in active if e > r.start]
+                if len(active) >= host.max_in_flight:
+                    out["concurrency"] += 1
+                active.append(r.end)
+                if host.max_in_flight == 1 and prev_start is not None and \
+                        r.start - prev_start < gap - 1e-9:
+                    out["gap"] += 1
+                prev_start = r.start
+                # A request started after a 429 arrived and before its Retry-After ended.
+                if any(got <= r.start < until - 1e-9 for got, until in windows):
+                    out["retry_after"] += 1
+                if r.status == 429 and r.retry_after:
+                    windows.append((r.end, r.end + r.retry_after))
+                if r.kind is Kind.ROBOTS:
+                    if r.status in (200, 404):
+                        robots_ok_at = r.end if robots_ok_at is None else robots_ok_at
+                    continue
+                if robots_ok_at is None or r.start < robots_ok_at:
+                    out["before_robots"] += 1
+                if host.robots_kind != "missing" and not rules.is_allowed(UA, key + r.path):
+                    out["disallowed"] += 1
+        return out
+
+    def report(self, now: float) -> dict[str, Any]:
+        self.checkpoint(now)  # commit what the last interval produced
+        lost = 0
+        for url, n in self.admitted.items():
+            h = self.frontier.hosts.get(split_host_key(url)[0])
+            if n != 1 or h is None or h.find(url)[1] is None:
+                lost += 1
+        invariant_problems = sum(len(h.check_invariants()) for h in self.frontier.hosts.values())
+        v = self.violations()
+        return {
+            "seed": self.sc.seed, "hosts": self.sc.hosts, "faults": sorted(self.faults),
+            "fetches": self.m["fetches"], "robots_fetches": self.m["robots_fetches"],
+            "virtual_seconds": round(now, 3),
+            "violations": sum(v.values()), "violations_by_kind": v,
+            "lost_urls": lost + invariant_problems,
+            "double_completions": self.m["double_completions"],
+            "urls_known": sum(len(h.urls) for h in self.frontier.hosts.values()),
+            "index_events": self.m["index_events"],
+            "completions": {k: self.m[k] for k in ("accepted", "duplicates", "stale")},
+            "faults_injected": {k: self.m[k] for k in (
+                "completions_lost", "completions_duplicated", "leases_dropped_expired",
+                "crashes")},
+            "refused_by_traps": self.m["refused"],
+            "eligibility_lag_s": {"p50": round(_percentile(self.lags, 0.5), 3),
+                                  "p99": round(_percentile(self.lags, 0.99), 3),
+                                  "high_priority_leases": len(self.lags)},
+        }
+
+
+def simulate(sc: SimConfig) -> dict[str, Any]:
+    return Simulation(sc).run()
+
+
+def main_line(sc: SimConfig) -> str:
+    return json.dumps(simulate(sc), sort_keys=True)

@@ -1,0 +1,59 @@
+"""The capacity model reproduces the design's published figures."""
+
+from __future__ import annotations
+
+import pytest
+
+from crawler.cli import main
+from udfs.core.capacity import load_assumptions, plan
+
+
+def figures(path=None):
+    return {f.name: f.value for f in plan(load_assumptions(path))}
+
+
+def test_published_figures():
+    f = figures()
+    assert round(f["average fetch rate"]) == 11_574
+    assert f["peak fetch rate"] == 25_000
+    assert f["revisit fetches per day"] == pytest.approx(430e6)  # 100 M + 9.9 B / 30
+    assert f["ingress per day (at most)"] == pytest.approx(200)  # TB/day
+    assert f["ingress, average"] == pytest.approx(2.31, abs=0.005)  # GB/s
+    assert f["URL state"] == pytest.approx(2.0)  # TB before replication
+    assert f["Bloom filter bits per URL"] == pytest.approx(9.585, abs=0.001)  # 1% → 9.58
+    assert f["Bloom filter size"] == pytest.approx(11.98, abs=0.01)  # GB
+    assert f["fingerprint collision pairs"] == pytest.approx(2.71, abs=0.01)  # ~2.7 at 10^10
+    assert round(f["back queues, peak"]) == 25_000  # pages/s × 1 s gap
+    assert round(f["connections in flight, average"]) == 11_574  # Little's law, 1 s latency
+    assert f["fetcher slots at peak"] == 32 and f["parser slots at peak"] == 228
+
+
+def test_assumptions_file_changes_the_plan(tmp_path):
+    mine = tmp_path / "a.yaml"
+    mine.write_text("politeness_gap_s: 2\nfetch_latency_s: 0.5\nknown_urls: 20000000000\n")
+    f = figures(mine)
+    assert round(f["back queues, peak"]) == 50_000
+    assert round(f["connections in flight, peak"]) == 12_500
+    assert f["fingerprint collision pairs"] == pytest.approx(4 * 2.71, abs=0.05)
+
+
+@pytest.mark.parametrize("text, message", [
+    ("nonsense: 1\n", "unknown assumptions"),
+    ("known_urls: -5\n", "must be a positive number"),
+    ("bloom_fp_rate: 2\n", "below 1"),
+    ("- 1\n", "expected a mapping"),
+])
+def test_bad_assumptions_are_refused(tmp_path, text, message, capsys):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(text)
+    with pytest.raises(ValueError, match=message):
+        load_assumptions(bad)
+    assert main(["plan", "--assumptions", str(bad)]) == 2
+    assert message.split()[0] in capsys.readouterr().err
+
+
+def test_cli_prints_the_table_and_json(capsys):
+    assert main(["plan"]) == 0
+    assert "430,000,000" in capsys.readouterr().out
+    assert main(["plan", "--json"]) == 0
+    assert '"revisit fetches per day"' in capsys.readouterr().out
