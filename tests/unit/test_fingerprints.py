@@ -40,7 +40,8 @@ def reference(text: str) -> int:
 
 
 @pytest.mark.parametrize("text", ["", "a", "ab", "abc", "abcd", "Hello, World!", "日本語のテキスト",
-                                  "ÄÖÜ straße", "x" * 50, "a b c d e f g h"])
+                                  "ÄÖÜ straße", "x" * 50, "a b c d e f g h",
+                                  "𝔘𝔫𝔦 emoji 😀 text İstanbul", "ΣΊΣΥΦΟΣ Ⅻ ⅻ ½"])
 def test_simhash_is_bit_identical_to_the_package_on_edge_cases(text):
     assert simhash64(text) == reference(text)
 

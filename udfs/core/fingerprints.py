@@ -19,11 +19,10 @@ import hashlib
 import math
 import re
 from collections.abc import Iterator
+from functools import lru_cache
 
 import numpy as np
 
-# The simhash package's default token pattern: word characters and CJK ideographs.
-_TOKEN = re.compile(r"[\w\u4e00-\u9fcc]+")
 _MASK64 = (1 << 64) - 1
 _M1 = 0xBF58476D1CE4E5B9
 _M2 = 0x94D049BB133111EB
@@ -80,12 +79,59 @@ def feature_hash_bytes(data: bytes) -> bytes:
     return feature_hash64(data.decode("utf-8")).to_bytes(8, "big")
 
 
-def _tokens(text: str) -> str:
-    return "".join(_TOKEN.findall(text.lower()))
+# _BITS[v, k] = bit k (most significant first) of the byte value v.
+_BITS = np.unpackbits(np.arange(256, dtype=np.uint8)[:, None], axis=1).astype(np.int64)
 
 
-def _hashes_of_4grams(content: str) -> np.ndarray:
-    codes = np.frombuffer(content.encode("utf-32-le"), dtype=np.uint32).astype(np.uint64)
+def _majority(hashes: np.ndarray, count: int) -> int:
+    """Bit j of the result is set when more than count/2 hashes have bit j set.
+
+    Per-bit counts come from a histogram of each byte position's values times a
+    256 x 8 bit table: 8 bincounts instead of unpacking every hash into 64 bits.
+    """
+    columns = np.ascontiguousarray(hashes.astype(">u8").view(np.uint8).reshape(-1, 8).T)
+    sums = np.concatenate([np.bincount(columns[j], minlength=256) @ _BITS for j in range(8)])
+    return int.from_bytes(np.packbits(sums > count / 2).tobytes(), "big")
+
+
+# Which ASCII bytes are word characters ([A-Za-z0-9_]); other code points are looked up
+# once per distinct character with the package's own pattern.
+_ASCII_WORD = np.zeros(256, dtype=bool)
+for _c in b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_":
+    _ASCII_WORD[_c] = True
+_TOKEN_CHAR = re.compile(r"[\w\u4e00-\u9fcc]")
+
+
+@lru_cache(maxsize=65536)
+def _is_token_char(code: int) -> bool:
+    return _TOKEN_CHAR.fullmatch(chr(code)) is not None
+
+
+@lru_cache(maxsize=1)
+def _bmp_word_table() -> np.ndarray:
+    """Word-character flags of every Basic Multilingual Plane code point (built once, ~40 ms)."""
+    return np.array([_TOKEN_CHAR.fullmatch(chr(c)) is not None for c in range(65536)],
+                    dtype=bool)
+
+
+def _token_codes(text: str) -> np.ndarray:
+    """Code points of the package's token string: lower-cased, word characters only."""
+    low = text.lower()
+    if low.isascii():
+        raw = np.frombuffer(low.encode("ascii"), dtype=np.uint8)
+        return raw[_ASCII_WORD[raw]].astype(np.uint64)
+    codes = np.frombuffer(low.encode("utf-32-le", "surrogatepass"), dtype=np.uint32)
+    table = _bmp_word_table()
+    bmp = codes < 65536
+    mask = np.zeros(len(codes), dtype=bool)
+    mask[bmp] = table[codes[bmp]]
+    if not bmp.all():  # astral characters: rare, looked up one by one
+        idx = np.nonzero(~bmp)[0]
+        mask[idx] = [_is_token_char(int(c)) for c in codes[idx]]
+    return codes[mask].astype(np.uint64)
+
+
+def _hashes_of_4grams(codes: np.ndarray) -> np.ndarray:
     n = len(codes) - 3
     h = np.full(n, _SEED, dtype=np.uint64)
     prime = np.uint64(_PRIME)
@@ -101,19 +147,14 @@ def _hashes_of_4grams(content: str) -> np.ndarray:
     return h
 
 
-def _majority(hashes: np.ndarray, count: int) -> int:
-    bits = np.unpackbits(hashes.astype(">u8").view(np.uint8)).reshape(-1, 64)
-    sums = bits.sum(axis=0, dtype=np.int64)
-    return int.from_bytes(np.packbits(sums > count / 2).tobytes(), "big")
-
-
 def simhash64(text: str) -> int:
     """64-bit SimHash of text: lower-cased word characters, sliding 4-grams, each 4-gram
     counted as often as it occurs, `feature_hash64` per 4-gram."""
-    content = _tokens(text)
-    if len(content) < 4:  # the package's single-feature case (also for empty text)
-        return _majority(np.array([feature_hash64(content)], dtype=np.uint64), 1)
-    hashes = _hashes_of_4grams(content)
+    codes = _token_codes(text)
+    if len(codes) < 4:  # the package's single-feature case (also for empty text)
+        feature = "".join(map(chr, codes.tolist()))
+        return _majority(np.array([feature_hash64(feature)], dtype=np.uint64), 1)
+    hashes = _hashes_of_4grams(codes)
     return _majority(hashes, len(hashes))
 
 

@@ -678,7 +678,8 @@ class Frontier:
         self.hosts: dict[str, HostFrontier] = {}
         self.budget = DailyBudget()
         self._heap: list[tuple[float, int, str]] = []
-        self._wake: dict[str, int] = {}
+        self._wake: dict[str, int] = {}  # host → seq of its live heap entry
+        self._wake_at: dict[str, float] = {}  # host → time of its live heap entry
         self._seq = 0
         self._touched: set[str] = set()  # hosts changed since the last snapshot
         self._snap_hosts: dict[str, dict[str, Any]] = {}
@@ -689,22 +690,33 @@ class Frontier:
             h = self.hosts[host_key] = HostFrontier(host_key, self.cfg, self.seed)
         return h
 
-    def _reschedule(self, h: HostFrontier, now: float) -> None:
+    def _reschedule(self, h: HostFrontier, now: float, *, earlier_only: bool = False) -> None:
+        """Put the host on the ready-heap at its next wake time.
+
+        `earlier_only`: keep an existing earlier entry (waking early is harmless: the poll
+        finds nothing and reschedules), so a burst of discoveries adds no heap entries.
+        """
         self._touched.add(h.host_key)
+        key = h.host_key
+        if earlier_only and key in self._wake and self._wake_at[key] <= now:
+            return
         when = h.next_wake(now)
         if when is None:
-            self._wake.pop(h.host_key, None)
+            self._wake.pop(key, None)
+            return
+        if earlier_only and key in self._wake and self._wake_at[key] <= when:
             return
         self._seq += 1
-        self._wake[h.host_key] = self._seq
-        heapq.heappush(self._heap, (when, self._seq, h.host_key))
+        self._wake[key] = self._seq
+        self._wake_at[key] = when
+        heapq.heappush(self._heap, (when, self._seq, key))
 
     def discover(self, url: str, now: float, **kw: Any) -> Admission:
         h = self.host(split_host_key(url)[0])
         result = h.discover(url, now, checked=True, **kw)
         self._touched.add(h.host_key)
         if result.accepted:
-            self._reschedule(h, now)
+            self._reschedule(h, now, earlier_only=True)
         return result
 
     def poll(self, now: float, limit: int | None = None) -> Iterator[Lease]:
