@@ -116,7 +116,8 @@ def bench_simhash() -> list[tuple[str, str]]:
     same_rate = n / s
     return [("simhash64 (numpy), 10 KB documents", f"{ours_rate:,.0f} docs/s"),
             ("simhash package, default md5 features", f"{md5_rate:,.1f} docs/s"),
-            ("simhash package, our feature hash (bit-identical output)", f"{same_rate:,.1f} docs/s"),
+            ("simhash package, our feature hash (bit-identical output)",
+             f"{same_rate:,.1f} docs/s"),
             ("speed-up vs package (md5)", f"{ours_rate / md5_rate:,.0f}x"),
             ("speed-up vs package (same hash)", f"{ours_rate / same_rate:,.0f}x")]
 
