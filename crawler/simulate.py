@@ -7,7 +7,8 @@ hosts, redirects, 404s, changing pages) and reports completions; links found
 on pages flow back into discovery. An independent oracle reads the request
 log and counts politeness violations.
 
-Faults (all on by default): lost completions (the lease expires and is re-let),
+Some hosts hide an endless calendar (each day links to the next): the trap rules
+must stop it. Faults (all on by default): lost completions (the lease expires and is re-let),
 duplicate completions, leases that wait past their expiry in the fetcher's
 backlog (dropped, re-let), robots.txt answering 5xx before it recovers, and
 scheduler crashes restored from the last checkpoint snapshot. Leases are
@@ -45,6 +46,7 @@ class SimHost:
     retry_after: str | None
     error_p: float
     max_in_flight: int = 1
+    calendar: bool = False
     robots_failures_left: int = 0
     version: list[int] = field(default_factory=list)
 
@@ -78,13 +80,15 @@ class SyntheticWeb:
         for i in range(n_hosts):
             key = f"http://h{i}.sim"
             pages = 50_000 if i == 0 else int(20 * 10 ** rng.random() * 10)
+            if i % 10 == 4:
+                pages = 20  # a small site whose calendar is most of what it links to
             kind = rng.choice(kinds)
             host = SimHost(
                 key, pages, kind, latency_s=0.05 + 0.5 * rng.random() ** 3,
                 throttle_p=0.02 if i % 7 == 3 else 0.0,
                 retry_after=rng.choice(["30", None]) if i % 7 == 3 else None,
                 error_p=0.03 if i % 11 == 5 else 0.002,
-                max_in_flight=2 if i % 13 == 6 else 1,
+                max_in_flight=2 if i % 13 == 6 else 1, calendar=i % 10 == 4,
                 robots_failures_left=rng.randint(1, 3) if kind == "flaky" else 0)
             host.version = [0] * host.pages
             self.hosts[key] = host
@@ -107,6 +111,8 @@ class SyntheticWeb:
         if r.random() < 0.3:
             other = self.host_list[pick(len(self.host_list))]
             out.append(f"{other.key}/p/{pick(other.pages)}")
+        if host.calendar and r.random() < 0.5:
+            out.append(f"{host.key}/cal/{page}")  # the door into an endless calendar
         return out
 
     def answer(self, host: SimHost, kind: Kind, path: str, now: float
@@ -126,6 +132,10 @@ class SyntheticWeb:
             return 429 if host.retry_after else 503, {"retry_after": host.retry_after}
         if rng.random() < host.error_p:
             return rng.choice([500, 0]), {}
+        if path.startswith("/cal/"):  # a calendar trap: every day links to the next ones
+            day = int(path.split("/")[2].split("?")[0])
+            return 200, {"text": f"{host.key}{path}", "links": [
+                f"{host.key}/cal/{day + 1}", f"{host.key}/cal/{day + 7}?view=week"]}
         if path == "/" or path.startswith("/p/"):
             page = 0 if path == "/" else int(path.split("/")[2].split("?")[0])
             if page % 97 == 13:
