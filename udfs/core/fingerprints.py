@@ -122,10 +122,12 @@ def _token_codes(text: str) -> np.ndarray:
         return raw[_ASCII_WORD[raw]].astype(np.uint64)
     codes = np.frombuffer(low.encode("utf-32-le", "surrogatepass"), dtype=np.uint32)
     table = _bmp_word_table()
-    bmp = codes < 65536
-    mask = np.zeros(len(codes), dtype=bool)
-    mask[bmp] = table[codes[bmp]]
-    if not bmp.all():  # astral characters: rare, looked up one by one
+    if codes.max() < 65536:
+        mask = table[codes]
+    else:  # astral characters: rare, looked up one by one
+        bmp = codes < 65536
+        mask = np.zeros(len(codes), dtype=bool)
+        mask[bmp] = table[codes[bmp]]
         idx = np.nonzero(~bmp)[0]
         mask[idx] = [_is_token_char(int(c)) for c in codes[idx]]
     return codes[mask].astype(np.uint64)
