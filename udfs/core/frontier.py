@@ -501,8 +501,8 @@ class HostFrontier:
         # Accept: this is the one result of this version.
         self._dirty.add(u.url_id)
         u.accepted_version = u.version
-        if u.lease_id is not None and u.lease_id != r.lease_id:
-            self.in_flight.pop(u.lease_id, None)  # a re-let lease of this round is moot
+        # A re-let lease of this round may still be fetching: it keeps its token until
+        # its own completion (a duplicate) or its expiry.
         u.lease_id, u.relet, u.attempt = None, False, 0
         self._count("completions_accepted")
         return self._apply(u, r, now)
