@@ -26,6 +26,7 @@ from collections import deque
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from crawler.oracle import HostRules, Request, count_violations
 from udfs.config import load_defaults
 from udfs.core.frontier import Acceptance, FetchResult, Frontier, FrontierConfig, Kind, Outcome
 from udfs.core.politeness import Jitter
@@ -55,17 +56,6 @@ class SimHost:
             return f"User-agent: *\nCrawl-delay: 2\nDisallow: /private/\nSitemap: {self.key}/s\n"
         return f"User-agent: *\nDisallow: /private/\nUser-agent: {UA}\nDisallow: /private/\n" \
                f"Disallow: /*?sort=\n"
-
-
-@dataclass
-class Request:
-    host: str
-    kind: Kind
-    path: str
-    start: float
-    end: float
-    status: int
-    retry_after: float | None
 
 
 class SyntheticWeb:
@@ -291,8 +281,8 @@ class Simulation:
         if ra and status == 429:
             self.host_blocked[lease.host_key] = max(self.host_blocked.get(lease.host_key, 0.0),
                                                     end + float(ra))
-        self.log.append(Request(lease.host_key, lease.kind, path, now, end, status,
-                                float(ra) if ra else None))
+        self.log.append(Request(lease.host_key, lease.kind is Kind.ROBOTS, path, now, end,
+                                status, float(ra) if ra and status == 429 else None))
         self.m["fetches"] += 1
         if lease.kind is Kind.ROBOTS:
             self.m["robots_fetches"] += 1
@@ -391,43 +381,13 @@ class Simulation:
     # -- the oracle ---------------------------------------------------------------
 
     def violations(self) -> dict[str, int]:
-        out = {"gap": 0, "concurrency": 0, "retry_after": 0, "before_robots": 0,
-               "disallowed": 0}
-        by_host: dict[str, list[Request]] = {}
-        for r in self.log:
-            by_host.setdefault(r.host, []).append(r)
         policy = self.cfg.host
-        for key, reqs in by_host.items():
-            host = self.web.hosts[key]
-            rules = self.web.robots_rules(host)
-            gap = max(policy.min_gap_s, 2.0 if host.robots_kind == "delay" else 0.0)
-            robots_ok_at: float | None = None
-            windows: list[tuple[float, float]] = []  # (429 received, Retry-After ends)
-            active: list[float] = []
-            prev_start: float | None = None
-            for r in reqs:
-                active = [e for e in active if e > r.start]
-                if len(active) >= host.max_in_flight:
-                    out["concurrency"] += 1
-                active.append(r.end)
-                if host.max_in_flight == 1 and prev_start is not None and \
-                        r.start - prev_start < gap - 1e-9:
-                    out["gap"] += 1
-                prev_start = r.start
-                # A request started after a 429 arrived and before its Retry-After ended.
-                if any(got <= r.start < until - 1e-9 for got, until in windows):
-                    out["retry_after"] += 1
-                if r.status == 429 and r.retry_after:
-                    windows.append((r.end, r.end + r.retry_after))
-                if r.kind is Kind.ROBOTS:
-                    if r.status in (200, 404):
-                        robots_ok_at = r.end if robots_ok_at is None else robots_ok_at
-                    continue
-                if robots_ok_at is None or r.start < robots_ok_at:
-                    out["before_robots"] += 1
-                if host.robots_kind != "missing" and not rules.is_allowed(UA, key + r.path):
-                    out["disallowed"] += 1
-        return out
+        rules = {key: HostRules(
+            max_in_flight=host.max_in_flight,
+            min_gap_s=max(policy.min_gap_s, 2.0 if host.robots_kind == "delay" else 0.0),
+            robots=None if host.robots_kind == "missing" else self.web.robots_rules(host))
+            for key, host in self.web.hosts.items()}
+        return count_violations(self.log, rules, UA)
 
     def report(self, now: float) -> dict[str, Any]:
         self.checkpoint(now)  # commit what the last interval produced

@@ -8,8 +8,10 @@ import os
 import subprocess
 import sys
 
-from crawler.simulate import FAULTS, Request, SimConfig, Simulation, simulate
+from crawler.oracle import HostRules, Request, count_violations
+from crawler.simulate import FAULTS, SimConfig, simulate
 from udfs.core.frontier import Kind
+from udfs.core.robots import parse_robots
 
 
 def test_invariants_hold_with_every_fault():
@@ -40,13 +42,11 @@ def test_same_seed_same_line_across_processes():
         json.loads(lines[0])["index_events"] != other["index_events"]
 
 
-def _oracle(requests: list[Request], **host_fields) -> dict[str, int]:
-    sim = Simulation(SimConfig(hosts=1, fetches=1, faults=()))
-    host = next(iter(sim.web.hosts.values()))
-    host.robots_kind = host_fields.get("robots_kind", "rules")
-    host.max_in_flight = host_fields.get("max_in_flight", 1)
-    sim.log = [Request(host.key, *r) for r in requests]
-    return sim.violations()
+def _oracle(requests: list[tuple], max_in_flight: int = 1) -> dict[str, int]:
+    robots = parse_robots("User-agent: *\nDisallow: /private/\nDisallow: /*?sort=\n")
+    rules = {"http://h.example": HostRules(max_in_flight, 1.0, robots)}
+    log = [Request("http://h.example", kind is Kind.ROBOTS, *rest) for kind, *rest in requests]
+    return count_violations(log, rules, "FlinkCrawler")
 
 
 def test_the_oracle_counts_each_kind_of_violation():
