@@ -84,6 +84,20 @@ def _networks(v: list[str]) -> str | None:
     return None
 
 
+def _static_hosts(v: list[str]) -> str | None:
+    import ipaddress
+
+    for item in v:
+        name, sep, ip = item.partition("=")
+        try:
+            ipaddress.ip_address(ip)
+        except ValueError:
+            return f"{item!r} is not name=address"
+        if not sep or not name:
+            return f"{item!r} is not name=address"
+    return None
+
+
 def _retention(v: int) -> str | None:
     return None if v == -1 or v >= 1 else "must be -1 (forever) or a positive number of ms"
 
@@ -138,6 +152,16 @@ _RULES: dict[str, Callable[[Any], str | None]] = {
     "traps.template_sample_every": _at_least(1),
     "traps.max_templates_per_host": _at_least(1),
     "fetch.allowed_networks": _networks,
+    "fetch.static_hosts": _static_hosts,
+    "fetch.connect_timeout_s": _between(0.1, 600),
+    "fetch.read_timeout_s": _between(0.1, 600),
+    "fetch.total_timeout_s": _between(0.1, 3600),
+    "fetch.max_body_bytes": _between(1024, 1 << 31),
+    "fetch.max_decompressed_bytes": _between(1024, 1 << 32),
+    "fetch.max_robots_bytes": _between(512 * 1024, 1 << 26),
+    "fetch.dns_ttl_min_s": _between(0, 86400),
+    "fetch.dns_ttl_max_s": _between(0, 86400 * 7),
+    "fetch.dns_negative_ttl_s": _between(0, 86400),
     "storage.backend": _one_of("local", "s3"),
     "storage.local_dir": lambda v: None if v else "must not be empty",
     "s3.endpoint_url": _endpoint,
@@ -162,6 +186,15 @@ _RULES: dict[str, Callable[[Any], str | None]] = {
     "local.ready_timeout_s": _between(1, 3600),
     "local.state_dir": lambda v: None if v else "must not be empty",
 }
+
+
+# Rules that relate two keys: (check, message). Checked after every override is applied.
+_CROSS_RULES: list[tuple[Callable[[dict[str, Any]], bool], str]] = [
+    (lambda d: d["fetch"]["total_timeout_s"] < d["frontier"]["lease_timeout_s"],
+     "fetch.total_timeout_s must be below frontier.lease_timeout_s: a fetch that outlives "
+     "its lease could run beside the re-let one"),
+    (lambda d: d["politeness"]["allowance_min"] <= 1.0, "politeness.allowance_min must be <= 1"),
+]
 
 
 def _rule_for(path: str) -> Callable[[Any], str | None] | None:
@@ -298,4 +331,7 @@ def load_config(
         path, _, text = item.partition("=")
         source = f"--set {item}"
         _merge(data, _nest(path.strip(), _parse_scalar(text, source)), source)
+    for check, message in _CROSS_RULES:
+        if not check(data):
+            raise ConfigError(message)
     return Config(data)

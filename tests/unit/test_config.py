@@ -125,3 +125,12 @@ def test_reading_is_a_copy_and_to_yaml_round_trips():
         cfg["flink.nope"]
     with pytest.raises(KeyError):
         cfg.topic("nope")
+
+
+def test_keys_that_depend_on_each_other_are_checked_together():
+    with pytest.raises(ConfigError, match="fetch.total_timeout_s must be below "
+                                          "frontier.lease_timeout_s"):
+        load_config(env={}, overrides=["fetch.total_timeout_s=400"])
+    cfg = load_config(env={}, overrides=["fetch.total_timeout_s=400",
+                                         "frontier.lease_timeout_s=600"])
+    assert cfg["fetch.total_timeout_s"] == 400.0

@@ -71,6 +71,7 @@ class UrlStatus(StrEnum):
 class Kind(StrEnum):
     PAGE = "PAGE"
     ROBOTS = "ROBOTS"
+    SITEMAP = "SITEMAP"  # read as a sitemap by the fetcher; scheduled like a page
 
 
 class Outcome(StrEnum):
