@@ -193,7 +193,6 @@ _CROSS_RULES: list[tuple[Callable[[dict[str, Any]], bool], str]] = [
     (lambda d: d["fetch"]["total_timeout_s"] < d["frontier"]["lease_timeout_s"],
      "fetch.total_timeout_s must be below frontier.lease_timeout_s: a fetch that outlives "
      "its lease could run beside the re-let one"),
-    (lambda d: d["politeness"]["allowance_min"] <= 1.0, "politeness.allowance_min must be <= 1"),
 ]
 
 
