@@ -1,0 +1,95 @@
+"""The synthetic web on loopback: its behaviours, its request log and the oracle over it.
+
+Traffic goes only to 127.0.0.1 (the virtual host is chosen by the Host header)."""
+
+from __future__ import annotations
+
+import gzip
+import time
+
+import pytest
+
+from crawler.synthetic_web import SyntheticWeb, build_sites
+
+
+@pytest.fixture(scope="module")
+def web():
+    server = SyntheticWeb(build_sites(14, seed=2))
+    server.start()
+    yield server
+    server.stop()
+
+
+def _get(web, site, path, headers=None):
+    import http.client
+
+    conn = http.client.HTTPConnection("127.0.0.1", web.port, timeout=10)
+    try:
+        conn.request("GET", path, headers={"Host": site.name, **(headers or {})})
+        resp = conn.getresponse()
+        return resp.status, dict(resp.getheaders()), resp.read()
+    finally:
+        conn.close()
+
+
+def site_with(web, **want):
+    for s in web.site_list:
+        if all((getattr(s, k) == v) if k != "feature" else v in s.features
+               for k, v in want.items()):
+            return s
+    raise LookupError(want)
+
+
+def test_robots_variants(web):
+    rules = site_with(web, robots="rules")
+    status, _, body = _get(web, rules, "/robots.txt")
+    assert status == 200 and b"Disallow: /private/" in body
+    assert _get(web, site_with(web, robots="missing"), "/robots.txt")[0] == 404
+    flaky = site_with(web, robots="error_then_ok")
+    assert [_get(web, flaky, "/robots.txt")[0] for _ in range(3)] == [500, 500, 200]
+    redirect = site_with(web, robots="redirect")
+    status, headers, _ = _get(web, redirect, "/robots.txt")
+    assert status == 301 and headers["Location"] == "/robots-real.txt"
+    assert len(_get(web, site_with(web, robots="huge"), "/robots.txt")[2]) > 512 * 1024
+
+
+def test_pages_sitemaps_etag_redirects_and_hostile_pages(web):
+    s = site_with(web, feature="etag")
+    status, headers, body = _get(web, s, "/p/0")
+    assert status == 200 and b"<a href=" in body
+    assert _get(web, s, "/p/0", {"If-None-Match": headers["ETag"]})[0] == 304
+    s = site_with(web, robots="rules")
+    status, _, body = _get(web, s, "/sitemap-1.xml.gz")
+    assert status == 200 and f"http://{s.name}/p/0".encode() in gzip.decompress(body)
+    loop = site_with(web, feature="loop")
+    assert _get(web, loop, "/loop/a")[1]["Location"] == "/loop/b"
+    bomb = site_with(web, feature="bomb")
+    status, headers, body = _get(web, bomb, "/bomb")
+    assert headers["Content-Encoding"] == "gzip" and len(body) < 1024 * 1024
+    assert _get(web, site_with(web, feature="calendar"), "/cal/2026/11/30")[0] == 200
+
+
+def test_throttled_site_answers_429_with_retry_after(web):
+    s = next(s for s in web.site_list if s.throttle_every)
+    statuses = [_get(web, s, f"/p/{i % s.pages}")[0] for i in range(s.throttle_every)]
+    assert statuses.count(429) == 1
+
+
+def test_the_log_feeds_the_oracle(web):
+    polite = SyntheticWeb(build_sites(3, seed=5))
+    polite.start()
+    try:
+        s = site_with(polite, robots="rules")
+        _get(polite, s, "/robots.txt")
+        time.sleep(1.05)
+        _get(polite, s, "/p/0")
+        assert sum(polite.violations("FlinkCrawler").values()) == 0
+        _get(polite, s, "/p/1")  # no gap
+        _get(polite, s, "/private/1")  # disallowed
+        v = polite.violations("FlinkCrawler")
+        assert v["gap"] == 2 and v["disallowed"] == 1
+        other = next(x for x in polite.site_list if x.robots != "missing" and x is not s)
+        _get(polite, other, "/p/0")  # before its robots.txt
+        assert polite.violations("FlinkCrawler")["before_robots"] == 1
+    finally:
+        polite.stop()
