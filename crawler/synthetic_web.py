@@ -50,10 +50,6 @@ class Site:
     retry_after_s: int
     features: frozenset[str]
 
-    @property
-    def host_key(self) -> str:
-        return f"http://{self.name}"
-
     def robots_txt(self) -> str:
         body = "User-agent: *\nDisallow: /private/\nDisallow: /*?sessionid=\n" \
                "Sitemap: /sitemap_index.xml\n"
@@ -79,14 +75,14 @@ def build_sites(count: int, seed: int = 1) -> list[Site]:
     return sites
 
 
-def _page_links(site: Site, i: int, sites: list[Site]) -> list[str]:
+def _page_links(site: Site, i: int, sites: list[Site], port: int) -> list[str]:
     r = random.Random(f"{site.name}/{i}")
     links = [f"/p/{r.randrange(site.pages)}" for _ in range(4)]
     links.append(f"/p/{(i + 1) % site.pages}")  # every page reachable by a chain
     if i % 4 == 0:
         links.append(f"/private/{i}")
     other = sites[r.randrange(len(sites))]
-    links.append(f"http://{other.name}/p/{r.randrange(other.pages)}")
+    links.append(f"http://{other.name}:{port}/p/{r.randrange(other.pages)}")
     if "calendar" in site.features and i == 0:
         links.append("/cal/2026/11/30")
     if "session" in site.features:
@@ -145,6 +141,14 @@ class SyntheticWeb:
         self._ready = threading.Event()
         self._log_file = open(log_path, "a", encoding="utf-8") if log_path else None  # noqa: SIM115
 
+    def host_key(self, site: Site) -> str:
+        """scheme://authority the crawler sees for a site (the server's port included)."""
+        return f"http://{site.name}:{self.port}"
+
+    def static_hosts(self) -> list[str]:
+        """`fetch.static_hosts` entries mapping every site to loopback."""
+        return [f"{s.name}=127.0.0.1" for s in self.site_list]
+
     # -- serving -----------------------------------------------------------------------
 
     async def _handle(self, request: web.Request) -> web.StreamResponse:
@@ -166,7 +170,8 @@ class SyntheticWeb:
 
     def _record(self, name: str, path: str, start: float, status: int,
                 retry_after: float | None) -> None:
-        req = Request(f"http://{name}", path in ("/robots.txt", "/robots-real.txt"), path,
+        req = Request(f"http://{name}:{self.port}", path in ("/robots.txt", "/robots-real.txt"),
+                      path,
                       start, time.monotonic(), status, retry_after)
         with self._lock:
             self.log.append(req)
@@ -187,11 +192,11 @@ class SyntheticWeb:
                 return web.Response(status=429, headers={"Retry-After": str(site.retry_after_s)})
         if path == "/sitemap_index.xml":
             body = ('<?xml version="1.0"?><sitemapindex xmlns="http://www.sitemaps.org/schemas/'
-                    f'sitemap/0.9"><sitemap><loc>http://{site.name}/sitemap-1.xml.gz</loc>'
+                    f'sitemap/0.9"><sitemap><loc>{self.host_key(site)}/sitemap-1.xml.gz</loc>'
                     "</sitemap></sitemapindex>")
             return web.Response(text=body, content_type="application/xml")
         if path == "/sitemap-1.xml.gz":
-            urls = "".join(f"<url><loc>http://{site.name}/p/{i}</loc></url>"
+            urls = "".join(f"<url><loc>{self.host_key(site)}/p/{i}</loc></url>"
                            for i in range(site.pages))
             xml = ('<?xml version="1.0"?><urlset xmlns="http://www.sitemaps.org/schemas/'
                    f'sitemap/0.9">{urls}</urlset>').encode()
@@ -240,7 +245,8 @@ class SyntheticWeb:
         return web.Response(text=site.robots_txt(), content_type="text/plain")
 
     def _page(self, site: Site, request: web.Request, i: int, title: str) -> web.Response:
-        body = _html(title, _text(f"{site.name}/{i}"), _page_links(site, i, self.site_list))
+        body = _html(title, _text(f"{site.name}/{i}"),
+                     _page_links(site, i, self.site_list, self.port))
         headers = {}
         if "etag" in site.features:
             etag = '"' + hashlib.sha256(body).hexdigest()[:16] + '"'
@@ -300,7 +306,7 @@ class SyntheticWeb:
         for s in self.site_list:
             robots = None if s.robots == "missing" else parse_robots(s.robots_txt())
             gap = max(min_gap_s, 2.0 if s.robots == "delay" else 0.0)
-            rules[s.host_key] = HostRules(1, gap, robots)
+            rules[self.host_key(s)] = HostRules(1, gap, robots)
         return rules
 
     def violations(self, user_agent: str, min_gap_s: float = 1.0) -> dict[str, int]:
