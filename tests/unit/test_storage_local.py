@@ -1,0 +1,24 @@
+"""Content-addressed raw bodies in the local store."""
+
+from __future__ import annotations
+
+import hashlib
+
+from udfs.config import load_config
+from udfs.storage import LocalStore, object_key, open_store
+
+
+def test_put_get_and_reuse(tmp_path):
+    store = LocalStore(tmp_path)
+    body = b"<html>same bytes</html>" * 100
+    sha, key, new = store.put_body(body)
+    assert sha == hashlib.sha256(body).hexdigest() and key == object_key(sha) and new
+    assert store.get_body(key) == body
+    assert store.put_body(body) == (sha, key, False)  # identical content: one object
+    assert (tmp_path / key).stat().st_size < len(body)  # stored compressed
+    assert [p.name for p in (tmp_path / "raw" / sha[:2]).iterdir()] == [f"{sha}.gz"]
+
+
+def test_open_store_follows_configuration(tmp_path):
+    cfg = load_config(env={}, overrides=[f"storage.local_dir={tmp_path}"])
+    assert isinstance(open_store(cfg), LocalStore)

@@ -1,0 +1,85 @@
+"""Raw response bodies in object storage, content-addressed and compressed.
+
+A body is stored gzip-compressed under the SHA-256 of its (decompressed) bytes,
+so byte-identical pages share one object and writing the same content twice
+is harmless. Backends: a local directory (the default) and S3 (boto3).
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import os
+import tempfile
+from pathlib import Path
+from typing import Any, Protocol
+
+from udfs.config import Config
+
+
+def object_key(sha256_hex: str) -> str:
+    return f"raw/{sha256_hex[:2]}/{sha256_hex}.gz"
+
+
+class ObjectStore(Protocol):
+    def put_body(self, body: bytes) -> tuple[str, str, bool]:
+        """Store `body`; (sha256 hex, object key, True if newly written)."""
+
+    def get_body(self, key: str) -> bytes:
+        """The decompressed body stored under `key`."""
+
+
+class LocalStore:
+    def __init__(self, directory: str | os.PathLike[str]) -> None:
+        self.root = Path(directory)
+
+    def put_body(self, body: bytes) -> tuple[str, str, bool]:
+        sha = hashlib.sha256(body).hexdigest()
+        key = object_key(sha)
+        path = self.root / key
+        if path.exists():
+            return sha, key, False
+        path.parent.mkdir(parents=True, exist_ok=True)
+        # Write to a temporary file and rename: a crash never leaves a half object.
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(gzip.compress(body, compresslevel=6))
+        os.replace(tmp, path)
+        return sha, key, True
+
+    def get_body(self, key: str) -> bytes:
+        return gzip.decompress((self.root / key).read_bytes())
+
+
+class S3Store:
+    def __init__(self, client: Any, bucket: str) -> None:
+        self.client = client
+        self.bucket = bucket
+
+    def put_body(self, body: bytes) -> tuple[str, str, bool]:
+        from botocore.exceptions import ClientError
+
+        sha = hashlib.sha256(body).hexdigest()
+        key = object_key(sha)
+        try:
+            self.client.head_object(Bucket=self.bucket, Key=key)
+            return sha, key, False
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") not in ("404", "NoSuchKey", "NotFound"):
+                raise
+        self.client.put_object(Bucket=self.bucket, Key=key, Body=gzip.compress(body, 6),
+                               ContentType="application/gzip",
+                               Metadata={"sha256": sha, "bytes": str(len(body))})
+        return sha, key, True
+
+    def get_body(self, key: str) -> bytes:
+        return gzip.decompress(self.client.get_object(Bucket=self.bucket, Key=key)["Body"].read())
+
+
+def open_store(cfg: Config) -> ObjectStore:
+    """The store the configuration names (`storage.backend`)."""
+    if cfg["storage.backend"] == "s3":
+        from udfs.objectstore import s3_client
+
+        return S3Store(s3_client(cfg), cfg["s3.bucket"])
+    return LocalStore(cfg["storage.local_dir"])
