@@ -302,6 +302,17 @@ def test_redirects_go_to_discovery_with_a_hop_limit_and_loop_detection():
     assert res.discovered == [] and h.stats["redirect_loops"] == 1
     refused = h.discover(H + "/far", t, redirect_hops=CFG.max_redirect_hops + 1)
     assert not refused.accepted and refused.reason == "redirect_hops"
+    # Hops add up along a chain: a URL reached by 2 redirects reports 3 for its target.
+    h.discover(H + "/hop2", t, redirect_hops=2)
+    now = h.next_allowed_at
+    lease = h.poll(now)
+    while lease.url != H + "/hop2":
+        h.complete(ok(lease), now)
+        now = h.next_allowed_at
+        lease = h.poll(now)
+    res = h.complete(ok(lease, Outcome.REDIRECT, http_status=301,
+                        redirect_location=H + "/hop3"), now)
+    assert res.discovered == [(H + "/hop3", 0, 3, "REDIRECT")]
 
 
 def test_404_410_tombstone_and_rediscovery_does_not_recreate():

@@ -140,6 +140,7 @@ class UrlState:
     interval_s: float = 0.0
     priority: float = 0.5
     depth: int = 0
+    redirect_hops: int = 0  # redirects that led to this URL (the hop limit counts them)
     etag: str | None = None
     last_modified: str | None = None
     content_hash: str | None = None
@@ -341,7 +342,7 @@ class HostFrontier:
             self._count(f"refused_{reason}")
             return Admission(False, None, str(reason))
         value = discovery_priority(priority, depth, is_seed, self.cfg.recrawl)
-        u = UrlState(uid, url, priority=value, depth=depth,
+        u = UrlState(uid, url, priority=value, depth=depth, redirect_hops=redirect_hops,
                      interval_s=initial_interval(value, self.cfg.recrawl))
         self.urls[uid] = u
         self._enqueue(u, now)
@@ -572,7 +573,7 @@ class HostFrontier:
             self._schedule(u, now, UrlStatus.FETCHED, u.interval_s)
         elif r.outcome is Outcome.REDIRECT:
             u.last_fetch_at, u.failure_count = now, 0
-            hops = 1
+            hops = u.redirect_hops + 1
             if r.redirect_location and r.redirect_location != u.url:
                 out.discovered.append((r.redirect_location, u.depth, hops, "REDIRECT"))
             else:
