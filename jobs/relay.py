@@ -2,8 +2,9 @@
 
 Use it to rewrite a topic after a schema change, or to validate operator input
 before it enters the crawl: every record that cannot be read goes to the
-dead-letter topic with its reason. It is also the smoke test of the real chain
-(KafkaSource → Python → KafkaSink, exactly-once, checkpointing on).
+dead-letter topic with its reason, key, partition and offset. Record keys are kept.
+It is also the smoke test of the real chain (Flink's Kafka connector → Python →
+Kafka connector, exactly-once, checkpointing on).
 
     python -m jobs.relay --from TOPIC --to TOPIC --schema NAME [--bounded]
     flink run -py jobs/relay.py -pyfs udfs,schemas -- --from ... --to ... --schema ...
@@ -17,7 +18,7 @@ from collections.abc import Sequence
 
 from udfs.config import load_config
 from udfs.relay import DEAD_LETTERS, RelayFunction
-from udfs.runtime import BYTES, kafka_sink, kafka_source_stream, make_env
+from udfs.runtime import ROW_KEY_VALUE, KafkaIO, make_env
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -33,16 +34,15 @@ def main(argv: Sequence[str] | None = None) -> None:
     cfg = load_config(args.config, overrides=args.set)
 
     env = make_env(cfg)
-    raw = kafka_source_stream(env, cfg, args.source, group=f"relay.{args.source}",
-                              bounded=args.bounded).uid("relay-source")
-    routed = raw.process(RelayFunction(args.schema, args.source), output_type=BYTES) \
+    kafka = KafkaIO(env, cfg)
+    raw = kafka.source(args.source, group=f"relay.{args.source}", bounded=args.bounded)
+    routed = raw.process(RelayFunction(args.schema), output_type=ROW_KEY_VALUE) \
         .uid("relay-decode").name("decode and upgrade")
     prefix = f"relay-{args.source}-{args.target}"
-    routed.sink_to(kafka_sink(cfg, args.target, exactly_once=True,
-                              transactional_id_prefix=prefix)).uid("relay-sink")
-    routed.get_side_output(DEAD_LETTERS).sink_to(
-        kafka_sink(cfg, cfg.topic("deadletter"), exactly_once=True,
-                   transactional_id_prefix=f"{prefix}-dlq")).uid("relay-deadletter-sink")
+    kafka.sink(routed, args.target, exactly_once=True, transactional_id_prefix=prefix)
+    kafka.sink(routed.get_side_output(DEAD_LETTERS), cfg.topic("deadletter"),
+               exactly_once=True, transactional_id_prefix=f"{prefix}-dlq")
+    kafka.attach()
     env.execute(f"relay {args.source} -> {args.target}")
 
 

@@ -4,31 +4,36 @@ from __future__ import annotations
 
 import time
 
+from pyflink.common import Row
 from pyflink.datastream import OutputTag, ProcessFunction
 
 from udfs.avro import registry
 from udfs.deadletter import upgrade_record
-from udfs.runtime import BYTES
+from udfs.runtime import ROW_KEY_VALUE
 
-DEAD_LETTERS = OutputTag("dead-letters", BYTES)
+DEAD_LETTERS = OutputTag("dead-letters", ROW_KEY_VALUE)
 
 
 class RelayFunction(ProcessFunction):
-    """Decode with any known version of `schema`, re-encode with the newest one."""
+    """Decode with any known version of `schema`, re-encode with the newest one.
 
-    def __init__(self, schema: str, source_topic: str) -> None:
+    In: Row(key, value, topic, partition, offset). Out: Row(key, value), key kept.
+    """
+
+    def __init__(self, schema: str) -> None:
         self.schema = schema
-        self.source_topic = source_topic
 
     def open(self, runtime_context) -> None:
         self.reg = registry()
         registry().latest(self.schema)  # an unknown schema name fails the job at start
 
     def process_element(self, value, ctx):
-        ok, out = upgrade_record(self.reg, self.schema, bytes(value), stage="relay.decode",
-                                 source_topic=self.source_topic,
+        key = None if value[0] is None else bytes(value[0])
+        ok, out = upgrade_record(self.reg, self.schema, bytes(value[1]), stage="relay.decode",
+                                 source_topic=value[2], source_partition=value[3],
+                                 source_offset=value[4], key=key,
                                  now_ms=int(time.time() * 1000))
         if ok:
-            yield out
+            yield Row(key, out)
         else:
-            yield DEAD_LETTERS, out
+            yield DEAD_LETTERS, Row(key, out)

@@ -1,8 +1,13 @@
 """Flink shell: the execution environment and Kafka connectors built from the configuration.
 
 Only adapters live here; rules live in `udfs/core`. Records cross into Python
-as raw bytes (ByteArraySchema) and are decoded with `udfs.avro`, so a record
-that cannot be read becomes a dead letter instead of failing the job.
+as raw bytes and are decoded with `udfs.avro`, so a record that cannot be read
+becomes a dead letter instead of failing the job.
+
+`KafkaIO` uses the Table API's Kafka connector with the raw format for key and
+value: it is the way PyFlink reads a record's key, partition and offset and
+writes a record key (host_key for keyed topics), which the DataStream
+KafkaSource/KafkaSink wrappers cannot do from Python.
 """
 
 from __future__ import annotations
@@ -24,6 +29,9 @@ from pyflink.datastream.connectors.kafka import (
 )
 
 from udfs.config import Config
+
+ROW_KEY_VALUE = Types.ROW_NAMED(["key", "value"], [Types.PRIMITIVE_ARRAY(Types.BYTE()),
+                                                 Types.PRIMITIVE_ARRAY(Types.BYTE())])
 
 log = logging.getLogger(__name__)
 
@@ -116,3 +124,67 @@ def kafka_sink(cfg: Config, topic: str, *, exactly_once: bool, transactional_id_
     else:
         builder = builder.set_delivery_guarantee(DeliveryGuarantee.AT_LEAST_ONCE)
     return builder.build()
+
+
+def _table_name(prefix: str, topic: str) -> str:
+    return prefix + "_" + "".join(c if c.isalnum() else "_" for c in topic)
+
+
+class KafkaIO:
+    """Keyed Kafka sources and sinks of one job (Table API connector, raw key and value).
+
+    Sources give Row(key, value, topic, partition, offset); sinks take Row(key, value).
+    Call `attach()` once after the last sink, before `env.execute()`.
+    """
+
+    def __init__(self, env: StreamExecutionEnvironment, cfg: Config) -> None:
+        from pyflink.table import StreamTableEnvironment
+
+        self.env = env
+        self.cfg = cfg
+        self.t_env = StreamTableEnvironment.create(env)
+        self._statements = self.t_env.create_statement_set()
+        self._sinks = 0
+
+    def _common(self, topic: str) -> str:
+        return (f"'connector' = 'kafka', 'topic' = '{topic}', "
+                f"'properties.bootstrap.servers' = '{self.cfg['kafka.bootstrap_servers']}', "
+                "'key.format' = 'raw', 'key.fields' = 'key', "
+                "'value.format' = 'raw', 'value.fields-include' = 'EXCEPT_KEY'")
+
+    def source(self, topic: str, group: str, *, bounded: bool = False) -> DataStream:
+        """Records of `topic` from the group's committed offsets (else the earliest)."""
+        name = _table_name("src", topic)
+        bounded_opt = ", 'scan.bounded.mode' = 'latest-offset'" if bounded else ""
+        self.t_env.execute_sql(f"""
+            CREATE TABLE {name} (
+              `key` BYTES, `value` BYTES,
+              `topic` STRING METADATA VIRTUAL,
+              `partition` INT METADATA VIRTUAL,
+              `offset` BIGINT METADATA VIRTUAL
+            ) WITH ({self._common(topic)},
+              'properties.group.id' = '{self.cfg['kafka.group_id_prefix']}.{group}',
+              'properties.isolation.level' = 'read_committed',
+              'scan.startup.mode' = 'group-offsets',
+              'properties.auto.offset.reset' = 'earliest'{bounded_opt})""")
+        return self.t_env.to_data_stream(self.t_env.from_path(name))
+
+    def sink(self, ds: DataStream, topic: str, *, exactly_once: bool,
+             transactional_id_prefix: str = "") -> None:
+        """Write Row(key, value) records to `topic`; exactly-once commits with checkpoints."""
+        self._sinks += 1
+        name = _table_name(f"sink{self._sinks}", topic)
+        guarantee = "'sink.delivery-guarantee' = 'at-least-once'"
+        if exactly_once:
+            if not transactional_id_prefix:
+                raise ValueError("an exactly-once Kafka sink needs a transactional_id_prefix")
+            guarantee = ("'sink.delivery-guarantee' = 'exactly-once', "
+                         f"'sink.transactional-id-prefix' = '{transactional_id_prefix}', "
+                         "'properties.transaction.timeout.ms' = '900000'")
+        self.t_env.execute_sql(f"""
+            CREATE TABLE {name} (`key` BYTES, `value` BYTES)
+            WITH ({self._common(topic)}, {guarantee})""")
+        self._statements.add_insert(name, self.t_env.from_data_stream(ds))
+
+    def attach(self) -> None:
+        self._statements.attach_as_datastream()
