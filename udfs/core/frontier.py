@@ -141,6 +141,7 @@ class UrlState:
     priority: float = 0.5
     depth: int = 0
     redirect_hops: int = 0  # redirects that led to this URL (the hop limit counts them)
+    kind: Kind = Kind.PAGE  # SITEMAP: read as a sitemap file
     etag: str | None = None
     last_modified: str | None = None
     content_hash: str | None = None
@@ -320,8 +321,8 @@ class HostFrontier:
         raise RuntimeError(f"no free url_id for {url} after probing")  # pragma: no cover
 
     def discover(self, url: str, now: float, *, depth: int = 0, priority: float | None = None,
-                 is_seed: bool = False, redirect_hops: int = 0, checked: bool = False
-                 ) -> Admission:
+                 is_seed: bool = False, redirect_hops: int = 0, checked: bool = False,
+                 kind: Kind = Kind.PAGE) -> Admission:
         """Admit a normalized URL of this host, unless known or refused by a trap rule.
 
         `checked` says the caller already routed the URL by its host_key."""
@@ -343,7 +344,7 @@ class HostFrontier:
             return Admission(False, None, str(reason))
         value = discovery_priority(priority, depth, is_seed, self.cfg.recrawl)
         u = UrlState(uid, url, priority=value, depth=depth, redirect_hops=redirect_hops,
-                     interval_s=initial_interval(value, self.cfg.recrawl))
+                     kind=kind, interval_s=initial_interval(value, self.cfg.recrawl))
         self.urls[uid] = u
         self._enqueue(u, now)
         return Admission(True, uid, "new")
@@ -455,7 +456,7 @@ class HostFrontier:
             u.status = UrlStatus.LEASED
             self._dirty.add(u.url_id)
             lease = Lease(self._new_lease_id(), u.url_id, u.version, u.attempt, now,
-                          now + self.cfg.lease_timeout_s, u.url, self.host_key, Kind.PAGE,
+                          now + self.cfg.lease_timeout_s, u.url, self.host_key, u.kind,
                           u.depth, u.etag, u.last_modified if u.etag is None else None)
             u.lease_id = lease.lease_id
             self._count("leases_granted")
@@ -565,7 +566,7 @@ class HostFrontier:
             if r.outcome is Outcome.OK:
                 u.content_hash, u.text_hash = r.body_sha256, r.text_sha256
                 u.etag, u.last_modified = r.etag, r.last_modified
-                out.index = True
+                out.index = u.kind is Kind.PAGE  # a sitemap file is read, not indexed
             out.change = change
             u.last_fetch_at, u.failure_count, u.park_reason = now, 0, None
             u.interval_s = next_interval(u.interval_s, change, u.priority, rc) \
@@ -601,20 +602,30 @@ class HostFrontier:
 
     # -- snapshots ------------------------------------------------------------
 
-    def snapshot(self) -> dict[str, Any]:
-        """The host's durable state as plain data (what keyed state holds)."""
+    def host_state(self) -> dict[str, Any]:
+        """The host's durable state except its URLs, as plain data (one keyed value)."""
         return {
             "host_key": self.host_key, "policy": self.policy, "robots": self.robots,
             "robots_version": self.robots_version, "robots_lease": self.robots_lease,
-            "robots_follow": self.robots_follow,
-            "robots_hops": getattr(self, "_robots_hops", 0),
+            "robots_follow": self.robots_follow, "robots_hops": self._robots_hops,
             "next_allowed_at": self.next_allowed_at, "backoff_until": self.backoff_until,
             "backoff_exponent": self.backoff_exponent, "allowance": self.allowance,
             "in_flight": dict(self.in_flight), "budget": replace(self.budget),
             "templates": TemplateBudget(self.templates.day, dict(self.templates.counts)),
-            "urls": self._snapshot_urls(),
-            "lease_seq": self._lease_seq, "rng": self.rng.state,
+            "lease_seq": self._lease_seq, "rng": self.rng.state, "stats": dict(self.stats),
         }
+
+    def changed_urls(self) -> list[tuple[str, tuple | None]]:
+        """URL states changed since the last call, as (url_id, fields) for a keyed map
+        (None: removed); the incremental counterpart of `snapshot`."""
+        out = [(uid, _URL_FIELDS(self.urls[uid]) if uid in self.urls else None)
+               for uid in self._dirty]
+        self._dirty.clear()
+        return out
+
+    def snapshot(self) -> dict[str, Any]:
+        """The host's whole durable state as plain data."""
+        return {**self.host_state(), "urls": self._snapshot_urls()}
 
     def _snapshot_urls(self) -> dict[str, tuple]:
         """URL states as tuples (immutable, so unchanged ones are shared between snapshots)."""
@@ -642,6 +653,7 @@ class HostFrontier:
         h.templates = TemplateBudget(snap["templates"].day, dict(snap["templates"].counts))
         h._lease_seq = snap["lease_seq"]
         h.rng.state = snap["rng"]
+        h.stats = dict(snap.get("stats", {}))
         h._parsed = parse_robots(h.robots.body) if h.robots.body else None
         h._crawl_delay = crawl_delay_s(h.robots, cfg.robots, h._parsed)
         # Sorted, so that the rebuilt queue does not depend on the snapshot's dict order.

@@ -1,0 +1,83 @@
+"""Translation between the topic records (Avro dicts, milliseconds) and the frontier core
+(objects, seconds). Pure: the Flink frontier operator calls these and nothing else
+decides anything here."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from udfs.core.frontier import FetchResult, Kind, Lease, Outcome, UrlState
+from udfs.core.parse import group_by_host
+from udfs.core.recrawl import Change
+from udfs.core.urls import normalize_url, split_host_key
+
+SITEMAP_SOURCES = ("ROBOTS_SITEMAP",)  # the source that marks a URL as a sitemap file
+
+
+def ms(seconds: float) -> int:
+    return int(round(seconds * 1000))
+
+
+def lease_record(lease: Lease) -> dict[str, Any]:
+    return {"lease_id": lease.lease_id, "url_id": lease.url_id,
+            "url_version": lease.url_version, "attempt": lease.attempt,
+            "issued_at_ms": ms(lease.issued_at), "expires_at_ms": ms(lease.expires_at),
+            "url": lease.url, "host_key": lease.host_key, "kind": lease.kind.value,
+            "depth": lease.depth, "etag": lease.etag, "last_modified": lease.last_modified}
+
+
+def fetch_result(c: dict[str, Any]) -> FetchResult:
+    return FetchResult(
+        c["lease_id"], c["url_id"], c["url_version"], Outcome(c["outcome"]), Kind(c["kind"]),
+        c["attempt"], c["http_status"], c["fetch_duration_ms"] / 1000.0, c["retry_after"],
+        c["redirect_location"], c["etag"], c["last_modified"], c["body_sha256"],
+        c["text_sha256"], c["body"])
+
+
+def index_event(u: UrlState, c: dict[str, Any], change: Change | None) -> dict[str, Any]:
+    """The IndexEvent of an accepted 2xx; unique per (url_id, url_version)."""
+    return {"event_id": f"{c['url_id']}:{c['url_version']}", "url_id": c["url_id"],
+            "url_version": c["url_version"], "url": u.url, "host_key": c["host_key"],
+            "fetched_at_ms": c["fetched_at_ms"], "http_status": c["http_status"] or 200,
+            "content_type": c["content_type"], "object_key": c["object_key"],
+            "body_sha256": c["body_sha256"], "body_bytes": c["body_bytes"],
+            "text_sha256": c["text_sha256"], "simhash": c["simhash"],
+            "canonical_url": c["canonical_url"], "noindex": c["noindex"],
+            "change": (change or Change.CHANGED).value, "duplicate_of": None,
+            "near_duplicate_of": None}
+
+
+def discovered_records(found: list[tuple[str, int, int, str]], parent: str | None,
+                       now_ms: int) -> list[tuple[str, dict[str, Any]]]:
+    """(host_key, DiscoveredUrls) records for URLs the frontier itself found (redirect
+    targets, robots.txt sitemaps), one record per (source, target host)."""
+    out = []
+    by_kind: dict[tuple[str, int, int], list[str]] = {}
+    for url, depth, hops, source in found:
+        by_kind.setdefault((source, depth, hops), []).append(url)
+    for (source, depth, hops), urls in by_kind.items():
+        for host_key, host_urls in group_by_host(urls).items():
+            out.append((host_key, {
+                "host_key": host_key, "source": source, "parent_url": parent, "depth": depth,
+                "redirect_hops": hops, "discovered_at_ms": now_ms,
+                "links": [{"url": u, "lastmod_ms": None, "priority": None}
+                          for u in host_urls]}))
+    return out
+
+
+def intake(record: dict[str, Any]) -> tuple[dict[str, list[dict[str, Any]]], list[str]]:
+    """A DiscoveredUrls record's links, normalized and grouped by their real host_key
+    (producers may be wrong about it), and the raw URLs that are not http(s) URLs."""
+    groups: dict[str, list[dict[str, Any]]] = {}
+    invalid: list[str] = []
+    kind = Kind.SITEMAP if record["source"] in SITEMAP_SOURCES else Kind.PAGE
+    for link in record["links"]:
+        url = normalize_url(link["url"])
+        if url is None:
+            invalid.append(link["url"])
+            continue
+        groups.setdefault(split_host_key(url)[0], []).append({
+            "url": url, "depth": record["depth"], "redirect_hops": record["redirect_hops"],
+            "priority": link["priority"], "is_seed": record["source"] == "SEED",
+            "kind": kind})
+    return groups, invalid
