@@ -13,6 +13,7 @@ KafkaSource/KafkaSink wrappers cannot do from Python.
 from __future__ import annotations
 
 import logging
+import os
 import sys
 from pathlib import Path
 
@@ -70,6 +71,14 @@ def make_env(cfg: Config, *, thread_mode: bool = False) -> StreamExecutionEnviro
     conf.set_string("python.executable", python)
     conf.set_string("python.client.executable", python)
     conf.set_string("python.execution-mode", "thread" if thread_mode else "process")
+    if thread_mode:
+        # The embedded interpreter (pemja) sees only this path: the environment's
+        # site-packages (pemja itself lives there) and this project's packages.
+        import site
+
+        project = str(Path(__file__).resolve().parent.parent)
+        conf.set_string("python.pythonpath", os.pathsep.join([*site.getsitepackages(),
+                                                               project]))
     conf.set_string("execution.checkpointing.interval", f"{cfg['flink.checkpoint_interval_ms']}ms")
     conf.set_string("execution.checkpointing.mode", "EXACTLY_ONCE")
     if cfg["flink.restart_strategy"] == "none":

@@ -1,0 +1,65 @@
+"""The frontier job: discovered URLs and completions in; leases, index events and
+discovered URLs (redirect targets, robots.txt sitemaps) out. Thread mode.
+
+    python -m jobs.frontier [--config FILE] [--set KEY=VALUE ...] [--bounded]
+    flink run -py jobs/frontier.py -pyfs udfs,schemas -- --set ...
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from pyflink.common import Types
+
+from udfs.config import load_config
+from udfs.frontier_operator import (
+    DEAD_LETTERS,
+    DISCOVERED,
+    HOST_INPUT,
+    INDEX,
+    ContentDedup,
+    FrontierFunction,
+    Intake,
+)
+from udfs.runtime import ROW_KEY_VALUE, KafkaIO, make_env
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(prog="frontier", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--config", action="append", default=[], metavar="FILE")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
+    ap.add_argument("--bounded", action="store_true",
+                    help="stop at the offsets that are latest at start (tests)")
+    args = ap.parse_args(argv)
+    cfg = load_config(args.config, overrides=args.set)
+
+    env = make_env(cfg, thread_mode=True)
+    kafka = KafkaIO(env, cfg)
+    discovered = kafka.source(cfg.topic("discovered"), "frontier", bounded=args.bounded)
+    completions = kafka.source(cfg.topic("completions"), "frontier", bounded=args.bounded)
+    records = discovered.union(completions) \
+        .process(Intake(cfg.topic("discovered"), cfg.topic("completions")),
+                 output_type=HOST_INPUT).uid("frontier-intake").name("decode and normalize")
+    frontier = records.key_by(lambda r: r[0], key_type=Types.STRING()) \
+        .process(FrontierFunction(dict(cfg.data)), output_type=ROW_KEY_VALUE) \
+        .uid("frontier-hosts").name("frontier")
+    index = frontier.get_side_output(INDEX) \
+        .key_by(lambda r: r[0], key_type=Types.STRING()) \
+        .process(ContentDedup(), output_type=ROW_KEY_VALUE).uid("frontier-content-dedup")
+
+    kafka.sink(frontier, cfg.topic("leases"), exactly_once=True,
+               transactional_id_prefix=f"frontier-{cfg.topic('leases')}")
+    kafka.sink(frontier.get_side_output(DISCOVERED), cfg.topic("discovered"),
+               exactly_once=True, transactional_id_prefix=f"frontier-{cfg.topic('discovered')}")
+    kafka.sink(index, cfg.topic("index"), exactly_once=True,
+               transactional_id_prefix=f"frontier-{cfg.topic('index')}")
+    kafka.sink(records.get_side_output(DEAD_LETTERS), cfg.topic("deadletter"),
+               exactly_once=True, transactional_id_prefix=f"frontier-{cfg.topic('deadletter')}")
+    kafka.attach()
+    env.execute("crawl frontier")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,122 @@
+"""The frontier job on a MiniCluster with real Kafka: seeds in, robots.txt leases first,
+page leases after robots.txt is answered, one index event per accepted version,
+dead letters for what cannot be read."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+from kafka import KafkaConsumer, KafkaProducer
+
+from udfs.avro import load_examples, registry
+
+REG = registry()
+HOSTS = ["http://a.test", "http://b.test", "http://c.test"]
+
+
+class Topic:
+    def __init__(self, cfg, name):
+        self.consumer = KafkaConsumer(name, bootstrap_servers=cfg["kafka.bootstrap_servers"],
+                                      auto_offset_reset="earliest", enable_auto_commit=False,
+                                      isolation_level="read_committed",
+                                      consumer_timeout_ms=500)
+        self.seen: list = []
+
+    def wait(self, schema, predicate, timeout_s=90.0):
+        """Read until predicate(records) holds; returns the records (key, decoded)."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            self.seen.extend((m.key, REG.decode(schema, m.value)) for m in self.consumer)
+            if predicate(self.seen):
+                return self.seen
+        raise AssertionError(f"timed out; have {self.seen}")
+
+
+def completion_for(lease, **fields):
+    base = load_examples(REG.latest("completion"))[0]
+    return {**base, "lease_id": lease["lease_id"], "url_id": lease["url_id"],
+            "url_version": lease["url_version"], "attempt": lease["attempt"], "url": lease["url"],
+            "host_key": lease["host_key"], "kind": lease["kind"], "etag": None,
+            "fetched_at_ms": int(time.time() * 1000), **fields}
+
+
+def test_frontier_job_end_to_end_on_kafka(cfg, fresh_topics):
+    disc, leases, comps, index, dlq = fresh_topics("disc", "leases", "comps", "index", "dlq",
+                                                   partitions=2)
+    overrides = [f"topics.discovered.name={disc}", f"topics.leases.name={leases}",
+                 f"topics.completions.name={comps}", f"topics.index.name={index}",
+                 f"topics.deadletter.name={dlq}", "flink.checkpoint_interval_ms=1000",
+                 "flink.restart_strategy=none", "politeness.min_gap_s=0.2"]
+    job = subprocess.Popen([sys.executable, "-m", "jobs.frontier",
+                            *[a for o in overrides for a in ("--set", o)]],
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                           start_new_session=True)
+    try:
+        producer = KafkaProducer(bootstrap_servers=cfg["kafka.bootstrap_servers"])
+        for host in HOSTS:
+            seed = {"host_key": host, "source": "SEED", "parent_url": None, "depth": 0,
+                    "redirect_hops": 0, "discovered_at_ms": 0,
+                    "links": [{"url": host + "/", "lastmod_ms": None, "priority": None},
+                              {"url": host.upper() + ":80/page#x", "lastmod_ms": None,
+                               "priority": None}]}
+            producer.send(disc, REG.encode("discovered", seed), key=host.encode())
+        producer.send(disc, b"garbage", key=b"x")
+        bad_url = {"host_key": None, "source": "LINK", "parent_url": None, "depth": 1,
+                   "redirect_hops": 0, "discovered_at_ms": 0,
+                   "links": [{"url": "javascript:void(0)", "lastmod_ms": None, "priority": None}]}
+        producer.send(disc, REG.encode("discovered", bad_url))
+        producer.flush()
+
+        lease_topic = Topic(cfg, leases)
+        got = lease_topic.wait("lease", lambda s: len(s) >= 3)
+        robots = {rec["host_key"]: (key, rec) for key, rec in got}
+        assert set(robots) == set(HOSTS)
+        assert all(rec["kind"] == "ROBOTS" and key == rec["host_key"].encode()
+                   for key, rec in robots.values())
+        letters = Topic(cfg, dlq).wait("dead_letter", lambda s: len(s) >= 2)
+        assert sorted(rec["error_type"] for _, rec in letters) == ["AvroDecodeError", "InvalidUrl"]
+
+        for host, (_, lease) in robots.items():
+            body = b"User-agent: *\nDisallow: /page\n" if host == HOSTS[0] else b""
+            producer.send(comps, REG.encode("completion", completion_for(
+                lease, kind="ROBOTS", outcome="OK", http_status=200, body=body)),
+                key=host.encode())
+        producer.flush()
+        def page_leases(records):
+            return [rec for _, rec in records if rec["kind"] == "PAGE"]
+
+        first_round = page_leases(lease_topic.wait("lease", lambda s: len(page_leases(s)) >= 3))
+        # One request in flight per host: one page each, until it completes.
+        assert sorted(r["url"] for r in first_round) == [
+            "http://a.test/", "http://b.test/", "http://c.test/"]
+        assert all(r["url_version"] == 1 and r["attempt"] == 1 for r in first_round)
+        for lease in first_round:
+            done = REG.encode("completion", completion_for(lease, outcome="OK", http_status=200))
+            producer.send(comps, done, key=lease["host_key"].encode())
+            if lease["host_key"] == HOSTS[1]:
+                producer.send(comps, done, key=lease["host_key"].encode())  # delivered twice
+        producer.flush()
+        # a.test disallows /page: never leased; b and c lease their (normalized) /page.
+        second = page_leases(lease_topic.wait("lease", lambda s: len(page_leases(s)) >= 5))
+        assert sorted(r["url"] for r in second[3:]) == ["http://b.test/page",
+                                                        "http://c.test/page"]
+        index_topic = Topic(cfg, index)
+        index_topic.wait("index_event", lambda s: len(s) >= 3)
+        time.sleep(3)  # room for a duplicate (wrong) event to show up
+        events = index_topic.wait("index_event", lambda s: len(s) >= 3)
+        assert sorted(rec["event_id"] for _, rec in events) == sorted(
+            f"{r['url_id']}:1" for r in first_round)
+        assert all(key == rec["url_id"].encode() for key, rec in events)
+        # All three pages carry the same body hash: the first owns it, the others point to it.
+        assert sum(rec["duplicate_of"] is None for _, rec in events) == 1
+    finally:
+        os.killpg(job.pid, signal.SIGTERM)
+        try:
+            job.wait(30)
+        except subprocess.TimeoutExpired:
+            os.killpg(job.pid, signal.SIGKILL)
+            job.wait(10)
