@@ -1,0 +1,53 @@
+"""The fetcher job: leases in; completions, discovered URLs and dead letters out.
+Process mode (Python async I/O runs only there).
+
+    python -m jobs.fetcher [--config FILE] [--set KEY=VALUE ...]
+    flink run -py jobs/fetcher.py -pyfs udfs,schemas -- --set ...
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from pyflink.common import Row, Time
+from pyflink.datastream import AsyncDataStream
+
+from udfs.config import load_config
+from udfs.fetcher_operator import FETCH_OUTPUT, FetchFunction
+from udfs.runtime import ROW_KEY_VALUE, KafkaIO, make_env
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(prog="fetcher", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--config", action="append", default=[], metavar="FILE")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
+    ap.add_argument("--bounded", action="store_true",
+                    help="stop at the offsets that are latest at start (tests)")
+    ap.add_argument("--capacity", type=int, default=200, help="fetches in flight per slot")
+    args = ap.parse_args(argv)
+    cfg = load_config(args.config, overrides=args.set)
+
+    env = make_env(cfg)
+    kafka = KafkaIO(env, cfg)
+    leases = kafka.source(cfg.topic("leases"), "fetcher", bounded=args.bounded)
+    timeout_ms = int((cfg["fetch.total_timeout_s"] + 30) * 1000)
+    results = AsyncDataStream.unordered_wait(
+        leases, FetchFunction(dict(cfg.data), connections=args.capacity),
+        Time.milliseconds(timeout_ms), capacity=args.capacity, output_type=FETCH_OUTPUT) \
+        .uid("fetcher-fetch").name("fetch, store, parse")
+
+    def route(dest: str):
+        return results.filter(lambda r, d=dest: r[0] == d).name(f"route {dest}") \
+            .map(lambda r: Row(r[1], r[2]), output_type=ROW_KEY_VALUE)
+
+    for dest, topic in (("C", "completions"), ("D", "discovered"), ("X", "deadletter")):
+        kafka.sink(route(dest), cfg.topic(topic), exactly_once=True,
+                   transactional_id_prefix=f"fetcher-{cfg.topic(topic)}")
+    kafka.attach()
+    env.execute("crawl fetcher")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,93 @@
+"""The fetcher job on a MiniCluster with real Kafka against the synthetic web on loopback
+(reachable only because the test allows 127.0.0.0/8 and maps the .test names to it)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+from kafka import KafkaConsumer, KafkaProducer
+
+from crawler.synthetic_web import SyntheticWeb, build_sites
+from udfs.avro import registry
+from udfs.core.fingerprints import url_id
+
+REG = registry()
+
+
+def _lease(url, host_key, kind="PAGE", lease_id="L", expires_in_s=300):
+    now = int(time.time() * 1000)
+    return {"lease_id": lease_id, "url_id": url_id(url), "url_version": 1, "attempt": 1,
+            "issued_at_ms": now, "expires_at_ms": now + expires_in_s * 1000, "url": url,
+            "host_key": host_key, "kind": kind, "depth": 0, "etag": None,
+            "last_modified": None}
+
+
+def _read(cfg, topic, schema, until, timeout_s=120.0):
+    consumer = KafkaConsumer(topic, bootstrap_servers=cfg["kafka.bootstrap_servers"],
+                             auto_offset_reset="earliest", enable_auto_commit=False,
+                             isolation_level="read_committed", consumer_timeout_ms=500)
+    seen: list = []
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        seen.extend((m.key, REG.decode(schema, m.value)) for m in consumer)
+        if until(seen):
+            consumer.close()
+            return seen
+    consumer.close()
+    raise AssertionError(f"timed out waiting on {topic}; have {seen}")
+
+
+def test_fetcher_job_fetches_stores_and_reports(cfg, fresh_topics, tmp_path):
+    web = SyntheticWeb(build_sites(6, seed=4))
+    web.start()
+    leases, comps, disc, dlq = fresh_topics("leases", "comps", "disc", "dlq")
+    overrides = [f"topics.leases.name={leases}", f"topics.completions.name={comps}",
+                 f"topics.discovered.name={disc}", f"topics.deadletter.name={dlq}",
+                 "flink.checkpoint_interval_ms=1000", "flink.restart_strategy=none",
+                 "fetch.allowed_networks=[127.0.0.0/8]",
+                 f"fetch.static_hosts=[{','.join(web.static_hosts())}]",
+                 f"storage.local_dir={tmp_path / 'objects'}"]
+    job = subprocess.Popen([sys.executable, "-m", "jobs.fetcher",
+                            *[a for o in overrides for a in ("--set", o)]],
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                           start_new_session=True)
+    try:
+        site = next(s for s in web.site_list if s.robots == "rules")
+        hk = web.host_key(site)
+        producer = KafkaProducer(bootstrap_servers=cfg["kafka.bootstrap_servers"])
+        sent = [_lease(hk + "/robots.txt", hk, "ROBOTS", "L1"),
+                _lease(hk + "/p/0", hk, "PAGE", "L2"),
+                _lease(hk + "/p/1", hk, "PAGE", "L3", expires_in_s=0)]  # expired: not fetched
+        for lease in sent:
+            producer.send(leases, REG.encode("lease", lease), key=hk.encode())
+        producer.send(leases, b"not a lease")
+        producer.flush()
+
+        got = _read(cfg, comps, "completion", lambda s: len(s) >= 2)
+        by_lease = {rec["lease_id"]: (key, rec) for key, rec in got}
+        assert set(by_lease) == {"L1", "L2"}
+        _, robots = by_lease["L1"]
+        assert robots["outcome"] == "OK" and b"Disallow: /private/" in robots["body"]
+        key, page = by_lease["L2"]
+        assert key == hk.encode() and page["outcome"] == "OK" and page["links_count"] > 0
+        assert (tmp_path / "objects" / page["object_key"]).exists()
+        found = _read(cfg, disc, "discovered", lambda s: len(s) >= 1)
+        assert all(rec["source"] == "LINK" and key == rec["host_key"].encode()
+                   for key, rec in found)
+        assert any(rec["host_key"] == hk for _, rec in found)
+        letters = _read(cfg, dlq, "dead_letter", lambda s: len(s) >= 1)
+        assert letters[0][1]["stage"] == "fetcher.decode"
+        # Only loopback was contacted, and only for the two live leases.
+        assert sorted(r.path for r in web.log) == ["/p/0", "/robots.txt"]
+    finally:
+        os.killpg(job.pid, signal.SIGTERM)
+        try:
+            job.wait(30)
+        except subprocess.TimeoutExpired:
+            os.killpg(job.pid, signal.SIGKILL)
+            job.wait(10)
+        web.stop()
