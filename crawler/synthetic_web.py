@@ -262,8 +262,8 @@ class SyntheticWeb:
         try:
             for _ in range(320):  # ~20 MB unless the client hangs up first
                 await resp.write(chunk)
-        except (ConnectionResetError, RuntimeError):
-            pass
+        except (ConnectionError, RuntimeError):
+            pass  # the crawler stopped reading at its size limit, as it should
         return resp
 
     # -- life cycle ---------------------------------------------------------------------

@@ -7,7 +7,8 @@ from crawler.cli import build_parser, main
 from crawler.local import LocalStack, StackError, _loopback_host_port
 from udfs.config import load_config
 
-COMMANDS = ["local", "deps", "topics", "config", "schemas", "plan", "simulate"]
+COMMANDS = ["local", "deps", "topics", "config", "schemas", "plan", "simulate", "seed",
+            "run"]
 
 
 def test_help_lists_every_command(capsys):

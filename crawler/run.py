@@ -1,0 +1,240 @@
+"""`crawl seed` and `crawl run`: publish seeds, run both jobs locally, watch the crawl.
+
+`crawl run` with no seeds crawls the bundled synthetic web (virtual .test hosts on
+127.0.0.1), so a newcomer sees a real crawl on a fresh machine. Loopback is
+reachable only because run adds `fetch.allowed_networks=[127.0.0.0/8]` and maps
+the .test names with `fetch.static_hosts` — explicitly, and only for that case.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from udfs.avro import registry
+from udfs.config import Config, load_config
+from udfs.core.parse import group_by_host
+from udfs.core.urls import normalize_url
+
+
+def publish_seeds(cfg: Config, urls: Iterable[str]) -> tuple[int, list[str]]:
+    """Send seeds to crawl.discovered, one record per host (key host_key).
+
+    Returns (URLs sent, inputs that are not http(s) URLs)."""
+    from kafka import KafkaProducer
+
+    reg = registry()
+    good, bad = [], []
+    for raw in urls:
+        raw = raw.strip()
+        if not raw or raw.startswith("#"):
+            continue
+        url = normalize_url(raw)
+        (good if url else bad).append(url or raw)
+    producer = KafkaProducer(bootstrap_servers=cfg["kafka.bootstrap_servers"],
+                             request_timeout_ms=cfg["kafka.request_timeout_ms"])
+    try:
+        now = int(time.time() * 1000)
+        for host_key, host_urls in group_by_host(good).items():
+            record = {"host_key": host_key, "source": "SEED", "parent_url": None, "depth": 0,
+                      "redirect_hops": 0, "discovered_at_ms": now,
+                      "links": [{"url": u, "lastmod_ms": None, "priority": None}
+                                for u in host_urls]}
+            producer.send(cfg.topic("discovered"), reg.encode("discovered", record),
+                          key=host_key.encode())
+        producer.flush()
+    finally:
+        producer.close()
+    return len(good), bad
+
+
+@dataclass
+class JobProcess:
+    """One job (`python -m jobs.<name>`) in its own process group, log to a file."""
+
+    name: str
+    overrides: Sequence[str]
+    log_path: Path
+    proc: subprocess.Popen | None = None
+
+    def start(self) -> None:
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        log = self.log_path.open("ab")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", f"jobs.{self.name}",
+             *[a for o in self.overrides for a in ("--set", o)]],
+            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            start_new_session=True)
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def stop(self) -> None:
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        for sig, wait in ((signal.SIGTERM, 20), (signal.SIGKILL, 10)):
+            try:
+                os.killpg(self.proc.pid, sig)
+            except ProcessLookupError:
+                return
+            try:
+                self.proc.wait(wait)
+                return
+            except subprocess.TimeoutExpired:
+                continue
+
+
+@dataclass
+class Progress:
+    started: float = field(default_factory=time.monotonic)
+    pages: int = 0  # index events
+    completions: int = 0
+    outcomes: dict[str, int] = field(default_factory=dict)
+    hosts: set[str] = field(default_factory=set)
+    leases: int = 0
+    urls: set[str] = field(default_factory=set)
+
+    def line(self, violations: int | None) -> str:
+        secs = time.monotonic() - self.started
+        errors = sum(v for k, v in self.outcomes.items() if k not in ("OK", "NOT_MODIFIED"))
+        v = "" if violations is None else f"  politeness violations {violations}"
+        return (f"[{secs:6.1f}s] pages {self.pages:5d}  rate {self.pages / max(secs, 1):5.1f}/s"
+                f"  hosts {len(self.hosts):3d}  leases {self.leases:5d}"
+                f"  in flight {max(0, self.leases - self.completions):3d}"
+                f"  errors {errors:3d}  throttled {self.outcomes.get('THROTTLED', 0)}{v}")
+
+
+class Watcher:
+    """Reads the index, lease and completion topics from the start (committed data only)."""
+
+    def __init__(self, cfg: Config) -> None:
+        from kafka import KafkaConsumer
+
+        self.reg = registry()
+        self.topics = {cfg.topic("index"): "index_event", cfg.topic("leases"): "lease",
+                       cfg.topic("completions"): "completion"}
+        self.consumer = KafkaConsumer(
+            *self.topics, bootstrap_servers=cfg["kafka.bootstrap_servers"],
+            auto_offset_reset="earliest", enable_auto_commit=False,
+            isolation_level="read_committed", consumer_timeout_ms=200)
+        self.progress = Progress()
+        self.event_ids: list[str] = []
+
+    def poll(self) -> Progress:
+        p = self.progress
+        for m in self.consumer:
+            rec = self.reg.decode(self.topics[m.topic], m.value)
+            schema = self.topics[m.topic]
+            if schema == "index_event":
+                p.pages += 1
+                p.urls.add(rec["url"])
+                self.event_ids.append(rec["event_id"])
+            elif schema == "lease":
+                p.leases += 1
+                p.hosts.add(rec["host_key"])
+            else:
+                p.completions += 1
+                p.outcomes[rec["outcome"]] = p.outcomes.get(rec["outcome"], 0) + 1
+        return p
+
+    def close(self) -> None:
+        self.consumer.close()
+
+
+def synthetic_overrides(web, state_dir: Path, min_gap_s: float) -> list[str]:
+    """What makes the synthetic web crawlable, and quick: loopback allowed explicitly."""
+    return ["fetch.allowed_networks=[127.0.0.0/8]",
+            f"fetch.static_hosts=[{','.join(web.static_hosts())}]",
+            f"storage.local_dir={state_dir / 'objects'}",
+            f"politeness.min_gap_s={min_gap_s}", "robots.retry_base_s=1.0",
+            "flink.checkpoint_interval_ms=1000"]
+
+
+def run(cfg_files: Sequence[str], overrides: Sequence[str], seeds_file: str | None,
+        max_pages: int, duration_s: float, sites: int, state_dir: str | None) -> int:
+    from crawler.local import LocalStack
+    from crawler.synthetic_web import SyntheticWeb, build_sites
+
+    base_cfg = load_config(cfg_files, overrides=overrides)
+    stack = LocalStack(base_cfg, state_dir=state_dir)
+    started_stack = not all(s.running for s in stack.status())
+    stack.up(log=lambda line: print(line, flush=True))
+    run_id = time.strftime("%Y%m%d-%H%M%S")
+    run_dir = stack.state_dir / "runs" / run_id
+    web = None
+    jobs: list[JobProcess] = []
+    watcher = None
+    cfg = base_cfg
+    try:
+        # Each run is a new crawl with new jobs: it gets topics of its own.
+        from udfs.config import TOPIC_KEYS
+
+        extra = [f"topics.{k}.name=run-{run_id}.{base_cfg.topic(k)}" for k in TOPIC_KEYS]
+        extra += list(overrides)
+        if seeds_file:
+            seeds = Path(seeds_file).read_text(encoding="utf-8").splitlines()
+        else:
+            run_dir.mkdir(parents=True, exist_ok=True)
+            web = SyntheticWeb(build_sites(sites), log_path=str(run_dir / "web.jsonl"))
+            web.start()
+            seeds = [web.host_key(s) + "/" for s in web.site_list]
+            extra = synthetic_overrides(web, run_dir, 0.5) + extra
+            print(f"synthetic web: {len(web.site_list)} sites on 127.0.0.1:{web.port}"
+                  " (loopback allowed for this run only)", flush=True)
+        cfg = load_config(cfg_files, overrides=extra)
+        from crawler.local import ensure_topics
+
+        for line in ensure_topics(cfg):
+            print(line, flush=True)
+        jobs = [JobProcess(name, extra, run_dir / f"{name}.log") for name in
+                ("frontier", "fetcher")]
+        for job in jobs:
+            job.start()
+        sent, bad = publish_seeds(cfg, seeds)
+        print(f"seeded {sent} URLs" + (f"; not URLs: {bad}" if bad else ""), flush=True)
+        watcher = Watcher(cfg)
+        deadline = time.monotonic() + duration_s
+        last = 0.0
+        while time.monotonic() < deadline:
+            progress = watcher.poll()
+            if time.monotonic() - last >= 2:
+                violations = sum(web.violations(cfg["robots.user_agent"], 0.5).values()) \
+                    if web else None
+                print(progress.line(violations), flush=True)
+                last = time.monotonic()
+            if progress.pages >= max_pages:
+                break
+            dead = [j.name for j in jobs if not j.alive()]
+            if dead:
+                print(f"job stopped unexpectedly: {dead}; see {run_dir}", flush=True)
+                return 1
+        return 0
+    except KeyboardInterrupt:
+        print("\ninterrupted; stopping", flush=True)
+        return 130
+    finally:
+        for job in jobs:
+            job.stop()
+        summary = watcher.poll() if watcher else None
+        if watcher:
+            watcher.close()
+        if web is not None:
+            web.stop()
+        if summary is not None:
+            v = web.violations(base_cfg["robots.user_agent"], 0.5) if web else None
+            print(f"summary: {summary.pages} pages indexed from {len(summary.hosts)} hosts in "
+                  f"{time.monotonic() - summary.started:.0f} s; outcomes {summary.outcomes}"
+                  + (f"; politeness violations {v}" if v is not None else ""), flush=True)
+            where = cfg["storage.local_dir"] if cfg["storage.backend"] == "local" else \
+                "s3://" + cfg["s3.bucket"]
+            print(f"output: topics {cfg.topic('index')} and {cfg.topic('deadletter')} on "
+                  f"{cfg['kafka.bootstrap_servers']}; raw pages under {where}; "
+                  f"job logs in {run_dir}", flush=True)
+        if started_stack:
+            stack.down(log=lambda line: print(line, flush=True))
