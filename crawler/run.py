@@ -161,6 +161,13 @@ def run(cfg_files: Sequence[str], overrides: Sequence[str], seeds_file: str | No
     from crawler.local import LocalStack
     from crawler.synthetic_web import SyntheticWeb, build_sites
 
+    # Ctrl-C and SIGTERM both end the run cleanly (a shell may have started us with
+    # SIGINT ignored, as it does for background jobs).
+    def _interrupt(signum, frame):
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGINT, _interrupt)
+    signal.signal(signal.SIGTERM, _interrupt)
     base_cfg = load_config(cfg_files, overrides=overrides)
     stack = LocalStack(base_cfg, state_dir=state_dir)
     started_stack = not all(s.running for s in stack.status())
