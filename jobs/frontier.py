@@ -19,9 +19,11 @@ from udfs.frontier_operator import (
     DISCOVERED,
     HOST_INPUT,
     INDEX,
+    INDEX_INPUT,
     ContentDedup,
     FrontierFunction,
     Intake,
+    NearDuplicateBand,
 )
 from udfs.runtime import ROW_KEY_VALUE, KafkaIO, make_env
 
@@ -45,9 +47,15 @@ def main(argv: Sequence[str] | None = None) -> None:
     frontier = records.key_by(lambda r: r[0], key_type=Types.STRING()) \
         .process(FrontierFunction(dict(cfg.data)), output_type=ROW_KEY_VALUE) \
         .uid("frontier-hosts").name("frontier")
+    # Index events: exact duplicates by body hash, then one hop per SimHash band.
     index = frontier.get_side_output(INDEX) \
         .key_by(lambda r: r[0], key_type=Types.STRING()) \
-        .process(ContentDedup(), output_type=ROW_KEY_VALUE).uid("frontier-content-dedup")
+        .process(ContentDedup(), output_type=INDEX_INPUT).uid("frontier-content-dedup")
+    for band in range(4):
+        last = band == 3
+        index = index.key_by(lambda r: r[0], key_type=Types.STRING()) \
+            .process(NearDuplicateBand(band), output_type=ROW_KEY_VALUE if last else INDEX_INPUT) \
+            .uid(f"frontier-near-duplicates-{band}")
 
     kafka.sink(frontier, cfg.topic("leases"), exactly_once=True,
                transactional_id_prefix=f"frontier-{cfg.topic('leases')}")

@@ -25,6 +25,7 @@ from pyflink.datastream import KeyedProcessFunction, OutputTag, ProcessFunction
 from pyflink.datastream.state import MapStateDescriptor, ValueStateDescriptor
 
 from udfs.avro import AvroDecodeError, registry
+from udfs.core.fingerprints import band_keys, from_signed64, hamming
 from udfs.core.frontier import Acceptance, FrontierConfig, HostFrontier
 from udfs.deadletter import dead_letter
 from udfs.frontier_io import (
@@ -177,7 +178,6 @@ class ContentDedup(KeyedProcessFunction):
     byte-identical bodies are marked duplicate_of it (their own metadata is kept)."""
 
     def open(self, ctx) -> None:
-        self.reg = registry()
         self.first = ctx.get_state(ValueStateDescriptor("first_url_id", Types.STRING()))
 
     def process_element(self, row, ctx):
@@ -187,4 +187,48 @@ class ContentDedup(KeyedProcessFunction):
             self.first.update(event["url_id"])
         elif owner != event["url_id"]:
             event["duplicate_of"] = owner
-        yield Row(event["url_id"].encode(), self.reg.encode("index_event", event, check=False))
+        yield Row(near_key(event, 0), pickle.dumps(event))
+
+
+def near_key(event: dict[str, Any], band: int, k: int = 3) -> str:
+    """The key of an index event for near-duplicate band `band` (its band value), or its
+    url_id when it has no SimHash (then it passes the band unchanged)."""
+    if event["simhash"] is None:
+        return "u:" + event["url_id"]
+    return f"b{band}:{band_keys(from_signed64(event['simhash']), k)[band][1]}"
+
+
+class NearDuplicateBand(KeyedProcessFunction):
+    """One SimHash band (Manku et al.): keyed by the band's value, it remembers the
+    fingerprints seen with that value and flags the event near_duplicate_of the first
+    within Hamming distance k. The k + 1 bands run one after another; together they see
+    every pair within distance k. The flag lowers nothing here and never drops links."""
+
+    def __init__(self, band: int, k: int = 3, max_bucket: int = 1000) -> None:
+        self.band, self.k, self.max_bucket = band, k, max_bucket
+
+    def open(self, ctx) -> None:
+        self.reg = registry()
+        self.seen = ctx.get_map_state(MapStateDescriptor("fingerprints", Types.STRING(),
+                                                         Types.LONG()))
+        self.size = ctx.get_state(ValueStateDescriptor("size", Types.INT()))
+
+    def process_element(self, row, ctx):
+        event = pickle.loads(row[1])
+        if event["simhash"] is not None and row[0].startswith("b"):
+            fp = from_signed64(event["simhash"])
+            if event["near_duplicate_of"] is None:
+                for other_id, other in self.seen.items():
+                    if other_id != event["url_id"] and hamming(fp, from_signed64(other)) <= \
+                            self.k:
+                        event["near_duplicate_of"] = other_id
+                        break
+            size = self.size.value() or 0
+            if size < self.max_bucket and not self.seen.contains(event["url_id"]):
+                self.seen.put(event["url_id"], event["simhash"])
+                self.size.update(size + 1)
+        if self.band < self.k:
+            yield Row(near_key(event, self.band + 1, self.k), pickle.dumps(event))
+        else:
+            yield Row(event["url_id"].encode(),
+                      self.reg.encode("index_event", event, check=False))

@@ -113,6 +113,12 @@ def test_frontier_job_end_to_end_on_kafka(cfg, fresh_topics):
         assert all(key == rec["url_id"].encode() for key, rec in events)
         # All three pages carry the same body hash: the first owns it, the others point to it.
         assert sum(rec["duplicate_of"] is None for _, rec in events) == 1
+        # Same SimHash too: the SimHash bands flag the later two as near-duplicates.
+        ids = {rec["url_id"] for _, rec in events}
+        flags = [rec["near_duplicate_of"] for _, rec in events]
+        assert flags.count(None) == 1
+        assert all(f in ids for f in flags if f is not None)
+        assert all(f != rec["url_id"] for (_, rec), f in zip(events, flags, strict=True))
     finally:
         os.killpg(job.pid, signal.SIGTERM)
         try:

@@ -173,26 +173,37 @@ def from_signed64(value: int) -> int:
     return value & _MASK64
 
 
+@lru_cache(maxsize=8)
+def _band_spans(k: int) -> tuple[tuple[int, int], ...]:
+    if not 0 <= k < 64:
+        raise ValueError("k must be in [0, 63]")
+    bands = k + 1
+    spans, shift = [], 64
+    for i in range(bands):
+        width = 64 // bands + (1 if i < 64 % bands else 0)
+        shift -= width
+        spans.append((shift, (1 << width) - 1))
+    return tuple(spans)
+
+
+def band_keys(fp: int, k: int = 3) -> list[tuple[int, int]]:
+    """(band number, band value) of a 64-bit fingerprint split into k + 1 bands: two
+    fingerprints within Hamming distance k share at least one (pigeonhole)."""
+    return [(i, (fp >> shift) & mask) for i, (shift, mask) in enumerate(_band_spans(k))]
+
+
 class SimHashIndex:
     """Near-duplicate lookup for Hamming distance <= k: the 64 bits split into k + 1 bands;
     two fingerprints within distance k share at least one whole band (pigeonhole), so
     only documents sharing a band are compared."""
 
     def __init__(self, k: int = 3) -> None:
-        if not 0 <= k < 64:
-            raise ValueError("k must be in [0, 63]")
         self.k = k
-        self.bands = k + 1
-        widths = [64 // self.bands + (1 if i < 64 % self.bands else 0) for i in range(self.bands)]
-        self._spans = []
-        shift = 64
-        for w in widths:
-            shift -= w
-            self._spans.append((shift, (1 << w) - 1))
         self._buckets: dict[tuple[int, int], list[tuple[str, int]]] = {}
+        band_keys(0, k)  # validates k
 
     def _keys(self, fp: int) -> list[tuple[int, int]]:
-        return [(i, (fp >> shift) & mask) for i, (shift, mask) in enumerate(self._spans)]
+        return band_keys(fp, self.k)
 
     def add(self, doc_id: str, fp: int) -> None:
         for key in self._keys(fp):
