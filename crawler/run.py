@@ -124,7 +124,7 @@ class Watcher:
             auto_offset_reset="earliest", enable_auto_commit=False,
             isolation_level="read_committed", consumer_timeout_ms=200)
         self.progress = Progress()
-        self.event_ids: list[str] = []
+        self.events: list[dict] = []
 
     def poll(self) -> Progress:
         p = self.progress
@@ -134,7 +134,7 @@ class Watcher:
             if schema == "index_event":
                 p.pages += 1
                 p.urls.add(rec["url"])
-                self.event_ids.append(rec["event_id"])
+                self.events.append(rec)
             elif schema == "lease":
                 p.leases += 1
                 p.hosts.add(rec["host_key"])
@@ -148,8 +148,9 @@ class Watcher:
 
 
 def synthetic_overrides(web, state_dir: Path, min_gap_s: float) -> list[str]:
-    """What makes the synthetic web crawlable, and quick: loopback allowed explicitly."""
-    return ["fetch.allowed_networks=[127.0.0.0/8]",
+    """What makes the synthetic web crawlable, and quick: 127.0.0.1 allowed explicitly
+    (only that address: the web's SSRF bait resolves to 127.0.0.2 and stays refused)."""
+    return ["fetch.allowed_networks=[127.0.0.1/32]",
             f"fetch.static_hosts=[{','.join(web.static_hosts())}]",
             f"storage.local_dir={state_dir / 'objects'}",
             f"politeness.min_gap_s={min_gap_s}", "robots.retry_base_s=1.0",

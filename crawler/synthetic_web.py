@@ -28,6 +28,7 @@ import threading
 import time
 import zlib
 from dataclasses import dataclass
+from email.utils import formatdate, parsedate_to_datetime
 from functools import lru_cache
 from pathlib import Path
 
@@ -61,18 +62,26 @@ class Site:
         return body
 
 
-def build_sites(count: int, seed: int = 1) -> list[Site]:
+def build_sites(count: int, seed: int = 1, pages: tuple[int, int] = (5, 30)) -> list[Site]:
+    """`count` sites with 'pages' pages each (a random count in that range); site 0 also
+    links to evil.test, a name that resolves to a non-allowed address (SSRF bait)."""
     rng = random.Random(seed)
     all_features = ["calendar", "session", "redirects", "loop", "dups", "etag", "slow",
-                    "huge", "bomb"]
+                    "huge", "bomb", "http_date"]
     sites = []
     for i in range(count):
-        feats = frozenset(f for j, f in enumerate(all_features) if (i + j) % 3 == 0)
-        sites.append(Site(f"site{i}.test", pages=rng.randint(5, 30),
+        feats = set(f for j, f in enumerate(all_features) if (i + j) % 3 == 0)
+        if i == 0:
+            feats.add("ssrf")
+        sites.append(Site(f"site{i}.test", pages=rng.randint(*pages),
                           robots=ROBOTS_KINDS[i % len(ROBOTS_KINDS)],
                           throttle_every=7 if i % 5 == 2 else 0, retry_after_s=2,
-                          features=feats))
+                          features=frozenset(feats)))
     return sites
+
+
+SSRF_NAME = "evil.test"
+SSRF_ADDRESS = "127.0.0.2"  # loopback, but outside the 127.0.0.1/32 the crawl allows
 
 
 def _page_links(site: Site, i: int, sites: list[Site], port: int) -> list[str]:
@@ -93,6 +102,8 @@ def _page_links(site: Site, i: int, sites: list[Site], port: int) -> list[str]:
         links.append("/loop/a")
     if "dups" in site.features and i == 0:
         links += ["/dup/a", "/dup/b", "/near/a", "/near/b"]
+    if "ssrf" in site.features and i == 0:
+        links.append(f"http://{SSRF_NAME}:{port}/steal")
     for extra in ("slow", "huge", "bomb"):
         if extra in site.features and i == 1:
             links.append(f"/{extra}")
@@ -103,6 +114,13 @@ def _html(title: str, text: str, links: list[str]) -> bytes:
     anchors = "".join(f'<a href="{href}">{href}</a> ' for href in links)
     return (f"<!DOCTYPE html><html><head><title>{title}</title></head>"
             f"<body><h1>{title}</h1><p>{text}</p><nav>{anchors}</nav></body></html>").encode()
+
+
+def _retry_after_seconds(value: str) -> float:
+    if value.strip().isdigit():
+        return float(value)
+    when = parsedate_to_datetime(value)
+    return max(0.0, when.timestamp() - time.time())
 
 
 def _redirect(status: int, location: str) -> web.Response:
@@ -146,8 +164,9 @@ class SyntheticWeb:
         return f"http://{site.name}:{self.port}"
 
     def static_hosts(self) -> list[str]:
-        """`fetch.static_hosts` entries mapping every site to loopback."""
-        return [f"{s.name}=127.0.0.1" for s in self.site_list]
+        """`fetch.static_hosts` entries: every site to 127.0.0.1, evil.test to 127.0.0.2."""
+        return [f"{s.name}=127.0.0.1" for s in self.site_list] + \
+            [f"{SSRF_NAME}={SSRF_ADDRESS}"]
 
     # -- serving -----------------------------------------------------------------------
 
@@ -163,7 +182,7 @@ class SyntheticWeb:
                 response = await self._route(site, request)
             status = response.status
             if status == 429:
-                retry_after = float(response.headers.get("Retry-After", "0"))
+                retry_after = _retry_after_seconds(response.headers.get("Retry-After", "0"))
             return response
         finally:
             self._record(name, request.path_qs, start, status, retry_after)
@@ -189,7 +208,10 @@ class SyntheticWeb:
             with self._lock:
                 n = self._counts[site.name] = self._counts.get(site.name, 0) + 1
             if n % site.throttle_every == 0:
-                return web.Response(status=429, headers={"Retry-After": str(site.retry_after_s)})
+                wait = str(site.retry_after_s)
+                if "http_date" in site.features:  # the other form RFC 9110 allows
+                    wait = formatdate(time.time() + site.retry_after_s + 1, usegmt=True)
+                return web.Response(status=429, headers={"Retry-After": wait})
         if path == "/sitemap_index.xml":
             body = ('<?xml version="1.0"?><sitemapindex xmlns="http://www.sitemaps.org/schemas/'
                     f'sitemap/0.9"><sitemap><loc>{self.host_key(site)}/sitemap-1.xml.gz</loc>'
@@ -205,6 +227,9 @@ class SyntheticWeb:
             return self._page(site, request, 0, "Home")
         if path.startswith("/p/") and path[3:].isdigit() and int(path[3:]) < site.pages:
             return self._page(site, request, int(path[3:]), f"Page {path[3:]}")
+        if path == "/near/child" and "dups" in site.features:  # linked only from /near/b
+            return web.Response(body=_html("Child", _text(f"{site.name}/child"), ["/"]),
+                                content_type="text/html")
         if path.startswith("/private/"):
             return web.Response(text="private: robots.txt disallows this", content_type="text/html")
         if path.startswith("/cal/") and "calendar" in site.features:
@@ -218,10 +243,7 @@ class SyntheticWeb:
         if path in ("/loop/a", "/loop/b") and "loop" in site.features:
             return _redirect(302, "/loop/b" if path.endswith("a") else "/loop/a")
         if path.startswith(("/dup/", "/near/")) and "dups" in site.features:
-            text = _text(f"{site.name}/dup", 400)
-            if path == "/near/b":
-                text = text.replace(" ", " changed ", 1)
-            return web.Response(body=_html("Duplicate", text, ["/"]), content_type="text/html")
+            return web.Response(body=self.body_for(site, path), content_type="text/html")
         if path == "/slow" and "slow" in site.features:
             await asyncio.sleep(3)
             return web.Response(body=_html("Slow", _text("slow"), ["/"]), content_type="text/html")
@@ -244,9 +266,19 @@ class SyntheticWeb:
             return _redirect(301, "/robots-real.txt")
         return web.Response(text=site.robots_txt(), content_type="text/plain")
 
-    def _page(self, site: Site, request: web.Request, i: int, title: str) -> web.Response:
-        body = _html(title, _text(f"{site.name}/{i}"),
+    def body_for(self, site: Site, path: str) -> bytes:
+        """The exact bytes served for a page path ("/", "/p/<i>", "/dup/*", "/near/*")."""
+        if path.startswith(("/dup/", "/near/")):
+            text = _text(f"{site.name}/dup", 400)
+            if path == "/near/b":  # one word more than its near twin
+                text = text.replace(" ", " changed ", 1)
+            return _html("Duplicate", text, ["/near/child"] if path == "/near/b" else ["/"])
+        i = 0 if path == "/" else int(path.split("/")[2])
+        return _html("Home" if path == "/" else f"Page {i}", _text(f"{site.name}/{i}"),
                      _page_links(site, i, self.site_list, self.port))
+
+    def _page(self, site: Site, request: web.Request, i: int, title: str) -> web.Response:
+        body = self.body_for(site, "/" if title == "Home" else f"/p/{i}")
         headers = {}
         if "etag" in site.features:
             etag = '"' + hashlib.sha256(body).hexdigest()[:16] + '"'

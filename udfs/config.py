@@ -172,6 +172,7 @@ _RULES: dict[str, Callable[[Any], str | None]] = {
     # durable only once a checkpoint containing it completes.
     "flink.checkpoint_interval_ms": _between(100, 60000, "durability within 60 s needs <= 60000"),
     "flink.restart_strategy": _one_of("none", "fixed-delay"),
+    "flink.state_backend": _one_of("hashmap", "rocksdb"),
     "flink.restart_attempts": _at_least(0),
     "flink.restart_delay_ms": _at_least(0),
     "local.kafka_controller_port": _port,

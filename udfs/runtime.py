@@ -61,6 +61,12 @@ def job_jars(cfg: Config) -> list[str]:
     return [j if "://" in j else Path(j).resolve().as_uri() for j in jars]
 
 
+def checkpoint_uri(cfg: Config) -> str:
+    """flink.checkpoint_dir as a URI (default: <local.state_dir>/checkpoints)."""
+    where = cfg["flink.checkpoint_dir"] or str(Path(cfg["local.state_dir"]) / "checkpoints")
+    return where if "://" in where else Path(where).resolve().as_uri()
+
+
 def make_env(cfg: Config, *, thread_mode: bool = False) -> StreamExecutionEnvironment:
     """A StreamExecutionEnvironment with checkpointing, restarts and jars from `cfg`."""
     conf = Configuration()
@@ -81,6 +87,10 @@ def make_env(cfg: Config, *, thread_mode: bool = False) -> StreamExecutionEnviro
                                                                project]))
     conf.set_string("execution.checkpointing.interval", f"{cfg['flink.checkpoint_interval_ms']}ms")
     conf.set_string("execution.checkpointing.mode", "EXACTLY_ONCE")
+    conf.set_string("execution.checkpointing.dir", checkpoint_uri(cfg))
+    conf.set_string("state.backend.type", cfg["flink.state_backend"])
+    if cfg["flink.state_backend"] == "rocksdb":
+        conf.set_string("execution.checkpointing.incremental", "true")
     if cfg["flink.restart_strategy"] == "none":
         conf.set_string("restart-strategy.type", "none")
     else:
