@@ -42,7 +42,7 @@ def test_crawl_of_the_synthetic_web(cfg, fresh_topics, tmp_path):
             watcher.poll()
             watcher.close()
         web.stop()
-    ids = watcher.event_ids
+    ids = [e["event_id"] for e in watcher.events]
     assert len(ids) == len(set(ids)), "an (url_id, url_version) was indexed twice"
     violations = web.violations(run_cfg["robots.user_agent"], MIN_GAP_S)
     assert violations == dict.fromkeys(violations, 0), violations
