@@ -55,7 +55,7 @@ class Site:
         body = "User-agent: *\nDisallow: /private/\nDisallow: /*?sessionid=\n" \
                "Sitemap: /sitemap_index.xml\n"
         if self.robots == "delay":
-            body = "User-agent: *\nCrawl-delay: 2\nDisallow: /private/\n"
+            body = "User-agent: *\nCrawl-delay: 1.5\nDisallow: /private/\n"
         if self.robots == "huge":
             filler = "".join(f"Disallow: /filler/{i}/\n" for i in range(30_000))
             body += filler  # ~ 700 KB: only the first 512 KiB is read
@@ -73,9 +73,12 @@ def build_sites(count: int, seed: int = 1, pages: tuple[int, int] = (5, 30)) -> 
         feats = set(f for j, f in enumerate(all_features) if (i + j) % 3 == 0)
         if i == 0:
             feats.add("ssrf")
-        sites.append(Site(f"site{i}.test", pages=rng.randint(*pages),
-                          robots=ROBOTS_KINDS[i % len(ROBOTS_KINDS)],
-                          throttle_every=7 if i % 5 == 2 else 0, retry_after_s=2,
+        robots = ROBOTS_KINDS[i % len(ROBOTS_KINDS)]
+        throttle_every = 7 if i % 5 == 2 else 0
+        if robots == "delay" or throttle_every:
+            feats -= {"calendar", "slow"}  # slow sites get no trap, or they never finish
+        sites.append(Site(f"site{i}.test", pages=rng.randint(*pages), robots=robots,
+                          throttle_every=throttle_every, retry_after_s=2,
                           features=frozenset(feats)))
     return sites
 
@@ -337,7 +340,7 @@ class SyntheticWeb:
         rules = {}
         for s in self.site_list:
             robots = None if s.robots == "missing" else parse_robots(s.robots_txt())
-            gap = max(min_gap_s, 2.0 if s.robots == "delay" else 0.0)
+            gap = max(min_gap_s, 1.5 if s.robots == "delay" else 0.0)
             rules[self.host_key(s)] = HostRules(1, gap, robots)
         return rules
 
