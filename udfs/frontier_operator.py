@@ -26,7 +26,7 @@ from pyflink.datastream.state import MapStateDescriptor, ValueStateDescriptor
 
 from udfs.avro import AvroDecodeError, registry
 from udfs.core.fingerprints import band_keys, from_signed64, hamming
-from udfs.core.frontier import Acceptance, FrontierConfig, HostFrontier
+from udfs.core.frontier import URL_FIELD_NAMES, Acceptance, FrontierConfig, HostFrontier
 from udfs.deadletter import dead_letter
 from udfs.frontier_io import (
     discovered_records,
@@ -126,8 +126,8 @@ class FrontierFunction(KeyedProcessFunction):
         for uid, fields in h.changed_urls():
             if fields is None:
                 self.url_state.remove(uid)
-            else:
-                self.url_state.put(uid, fields)
+            else:  # by field name, so that a savepoint survives added or retired fields
+                self.url_state.put(uid, dict(zip(URL_FIELD_NAMES, fields, strict=True)))
 
     def _finish(self, h: HostFrontier, now: float, ctx):
         """Grant what the host allows now, save, and arm the next timer."""

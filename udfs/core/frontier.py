@@ -94,8 +94,8 @@ class Outcome(StrEnum):
     OTHER_ERROR = "OTHER_ERROR"
 
 
-RETRYABLE = frozenset({Outcome.THROTTLED, Outcome.SERVER_ERROR, Outcome.DNS_ERROR,
-                       Outcome.CONNECT_ERROR, Outcome.TIMEOUT, Outcome.OTHER_ERROR})
+RETRYABLE = frozenset({Outcome.SERVER_ERROR, Outcome.DNS_ERROR, Outcome.CONNECT_ERROR,
+                       Outcome.TIMEOUT, Outcome.OTHER_ERROR})
 HOST_TROUBLE = frozenset({Outcome.SERVER_ERROR, Outcome.DNS_ERROR, Outcome.CONNECT_ERROR,
                           Outcome.TIMEOUT})
 
@@ -583,6 +583,11 @@ class HostFrontier:
         elif r.outcome is Outcome.GONE:
             u.last_fetch_at, u.failure_count = now, 0
             self._schedule(u, now, UrlStatus.TOMBSTONE, rc.tombstone_interval_s)
+        elif r.outcome is Outcome.THROTTLED:
+            # 429/503 speaks about the host's pace, not this URL: the host backs off
+            # (growing without bound) and the URL waits for it, its retry budget untouched.
+            u.status = UrlStatus.QUEUED
+            self._enqueue(u, max(now, self.backoff_until))
         elif r.outcome in RETRYABLE:
             u.failure_count += 1
             if u.failure_count > self.cfg.max_retries:
@@ -656,11 +661,13 @@ class HostFrontier:
         h.stats = dict(snap.get("stats", {}))
         h._parsed = parse_robots(h.robots.body) if h.robots.body else None
         h._crawl_delay = crawl_delay_s(h.robots, cfg.robots, h._parsed)
+        restored = sorted(((k, url_from_saved(saved), saved) for k, saved in snap["urls"].items()),
+                          key=lambda t: (t[1].next_fetch_at, t[0]))
         # Sorted, so that the rebuilt queue does not depend on the snapshot's dict order.
-        for k, saved in sorted(snap["urls"].items(), key=lambda kv: (kv[1][_NEXT_FETCH_AT], kv[0])):
-            u = UrlState(*saved)
+        for k, u, saved in restored:
             h.urls[k] = u
-            h._snap_urls[k] = saved
+            if isinstance(saved, tuple):
+                h._snap_urls[k] = saved
             if u.status is not UrlStatus.LEASED:
                 h._enqueue(u, u.next_fetch_at)
         h._dirty.clear()
@@ -679,8 +686,18 @@ class HostFrontier:
         return problems
 
 
-_URL_FIELDS = attrgetter(*(f.name for f in fields(UrlState)))
-_NEXT_FETCH_AT = [f.name for f in fields(UrlState)].index("next_fetch_at")
+URL_FIELD_NAMES = tuple(f.name for f in fields(UrlState))
+_URL_FIELDS = attrgetter(*URL_FIELD_NAMES)
+_URL_FIELD_SET = frozenset(URL_FIELD_NAMES)
+
+
+def url_from_saved(saved: tuple | dict[str, Any]) -> UrlState:
+    """A URL state from a snapshot: a tuple (in-process snapshots) or a dict by field name
+    (keyed state, which must survive code changes: a field added later takes its default,
+    a retired one is ignored)."""
+    if isinstance(saved, dict):
+        return UrlState(**{k: v for k, v in saved.items() if k in _URL_FIELD_SET})
+    return UrlState(*saved)
 
 
 class Frontier:
