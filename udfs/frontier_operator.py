@@ -26,7 +26,7 @@ from pyflink.datastream.state import MapStateDescriptor, ValueStateDescriptor
 
 from udfs.avro import AvroDecodeError, registry
 from udfs.core.fingerprints import band_keys, from_signed64, hamming
-from udfs.core.frontier import URL_FIELD_NAMES, Acceptance, FrontierConfig, HostFrontier
+from udfs.core.frontier import Acceptance, FrontierConfig, HostFrontier
 from udfs.deadletter import dead_letter
 from udfs.frontier_io import (
     discovered_records,
@@ -98,10 +98,16 @@ class FrontierFunction(KeyedProcessFunction):
     def open(self, ctx) -> None:
         self.cfg = FrontierConfig.from_config(self.cfg_data)
         self.reg = registry()
-        self.host_state = ctx.get_state(ValueStateDescriptor("host", Types.PICKLED_BYTE_ARRAY()))
-        self.url_state = ctx.get_map_state(MapStateDescriptor(
-            "urls", Types.STRING(), Types.PICKLED_BYTE_ARRAY()))
+        bytes_ = Types.PICKLED_BYTE_ARRAY()
+        self.host_state = ctx.get_state(ValueStateDescriptor("host", bytes_))
+        # Every URL of the host by url_id (resident or cold), the ids in memory (big
+        # hosts only) and the cold queue's segments: see udfs/core/coldqueue.py.
+        self.url_state = ctx.get_map_state(MapStateDescriptor("urls", Types.STRING(), bytes_))
+        self.resident = ctx.get_map_state(MapStateDescriptor("resident", Types.STRING(),
+                                                             Types.BOOLEAN()))
+        self.segments = ctx.get_map_state(MapStateDescriptor("cold", Types.STRING(), bytes_))
         self.cache: OrderedDict[str, HostFrontier] = OrderedDict()
+        self.cached_urls = 0  # URLs held by the cached hosts
 
     # -- state ----------------------------------------------------------------------
 
@@ -110,26 +116,23 @@ class FrontierFunction(KeyedProcessFunction):
         if h is not None:
             self.cache.move_to_end(key)
             return h
-        saved = self.host_state.value()
-        if saved is None:
-            h = HostFrontier(key, self.cfg)
-        else:
-            urls = {uid: fields for uid, fields in self.url_state.items()}
-            h = HostFrontier.restore({**saved, "urls": urls}, self.cfg)
+        h = HostFrontier.load(key, self.host_state.value(), self.cfg, self.url_state,
+                              self.resident, self.segments, self.url_state.items,
+                              self.resident.keys)
         self.cache[key] = h
-        while len(self.cache) > self.cache_hosts:
-            self.cache.popitem(last=False)  # its state is already in Flink
+        self.cached_urls += len(h.urls)
         return h
 
-    def _save(self, h: HostFrontier) -> None:
-        self.host_state.update(h.host_state())
-        for uid, fields in h.changed_urls():
-            if fields is None:
-                self.url_state.remove(uid)
-            else:  # by field name, so that a savepoint survives added or retired fields
-                self.url_state.put(uid, dict(zip(URL_FIELD_NAMES, fields, strict=True)))
+    def _save(self, h: HostFrontier, before: int) -> None:
+        self.host_state.update(h.save(self.url_state, self.resident, self.segments))
+        self.cached_urls += len(h.urls) - before
+        # Bounded by hosts and by URLs; a dropped host's state is already in Flink.
+        while len(self.cache) > 1 and (len(self.cache) > self.cache_hosts or
+                                       self.cached_urls > self.cfg.cache_urls):
+            _, old = self.cache.popitem(last=False)
+            self.cached_urls -= len(old.urls)
 
-    def _finish(self, h: HostFrontier, now: float, ctx):
+    def _finish(self, h: HostFrontier, before: int, now: float, ctx):
         """Grant what the host allows now, save, and arm the next timer."""
         for _ in range(self.max_grants):
             lease = h.poll(now)
@@ -137,7 +140,7 @@ class FrontierFunction(KeyedProcessFunction):
                 break
             yield Row(h.host_key.encode(), self.reg.encode("lease", lease_record(lease),
                                                            check=False))
-        self._save(h)
+        self._save(h, before)
         wake = h.next_wake(now)
         if wake is not None:
             ctx.timer_service().register_processing_time_timer(max(ms(wake), ms(now) + 1))
@@ -147,6 +150,7 @@ class FrontierFunction(KeyedProcessFunction):
     def process_element(self, row, ctx):
         now = _now()
         h = self._host(row[0])
+        before = len(h.urls)
         payload = pickle.loads(row[2])
         if row[1] == "D":
             for link in payload:
@@ -158,7 +162,7 @@ class FrontierFunction(KeyedProcessFunction):
             result = h.complete(fetch_result(completion), now)
             if result.verdict is Acceptance.ACCEPTED:
                 if result.index:
-                    event = index_event(h.urls[completion["url_id"]], completion,
+                    event = index_event(result.state, completion,
                                         result.change)
                     yield INDEX, Row(event["body_sha256"] or event["url_id"],
                                      pickle.dumps(event))
@@ -166,11 +170,12 @@ class FrontierFunction(KeyedProcessFunction):
                                                         ms(now)):
                     yield DISCOVERED, Row(host_key.encode(),
                                           self.reg.encode("discovered", rec, check=False))
-        yield from self._finish(h, now, ctx)
+        yield from self._finish(h, before, now, ctx)
 
     def on_timer(self, timestamp: int, ctx):
         now = _now()
-        yield from self._finish(self._host(ctx.get_current_key()), now, ctx)
+        h = self._host(ctx.get_current_key())
+        yield from self._finish(h, len(h.urls), now, ctx)
 
 
 class ContentDedup(KeyedProcessFunction):

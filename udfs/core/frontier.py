@@ -19,12 +19,13 @@ version; later ones for the same version are duplicates, older versions stale.
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field, fields, replace
 from enum import StrEnum
 from operator import attrgetter
 from typing import Any
 
+from udfs.core.coldqueue import ColdIndex, ColdQueue, KeyValue
 from udfs.core.fingerprints import url_ids
 from udfs.core.politeness import (
     HostPolicy,
@@ -115,6 +116,9 @@ class FrontierConfig:
     max_redirect_hops: int = 5
     daily_fetch_budget: int = 1_000_000_000
     address_block_s: float = DAY_S
+    max_resident_urls: int = 20_000
+    cold_bucket_s: float = 3600.0
+    cache_urls: int = 2_000_000  # the frontier job's cache of live hosts, in URLs
 
     @classmethod
     def from_config(cls, data: dict[str, Any]) -> FrontierConfig:
@@ -204,6 +208,7 @@ class CompletionResult:
     discovered: list[tuple[str, int, int, str]] = field(default_factory=list)
     # (url, depth, redirect_hops, source) for redirect targets and robots sitemaps
     reason: str = ""
+    state: UrlState | None = None  # the URL after an accepted completion (it may be cold)
 
 
 @dataclass(frozen=True)
@@ -246,6 +251,14 @@ class HostFrontier:
         # one are copied again.
         self._dirty: set[str] = set()
         self._snap_urls: dict[str, tuple] = {}
+        # Bounded memory: with a cold queue attached, a host past max_resident_urls
+        # ("big") keeps only a window of its URLs here and the rest in the cold queue.
+        self.cold: ColdQueue | None = None
+        self.big = False
+        self._resident_added: set[str] = set()
+        self._resident_removed: set[str] = set()
+        self._cold_index: dict[str, Any] | None = None
+        self._last_room_scan = float("-inf")
 
     # -- policy ---------------------------------------------------------------
 
@@ -306,15 +319,106 @@ class HostFrontier:
         return None
 
     def pending(self) -> int:
-        """URLs waiting in the queue (not leased)."""
-        return sum(1 for u in self.urls.values() if u.status is not UrlStatus.LEASED)
+        """URLs waiting in the queue (not leased), resident or cold."""
+        cold = len(self.cold) if self.big and self.cold is not None else 0
+        return cold + sum(1 for u in self.urls.values() if u.status is not UrlStatus.LEASED)
+
+    # -- bounded memory ---------------------------------------------------------
+
+    def attach_cold(self, segments: KeyValue, urls: KeyValue) -> None:
+        """Give the host storage for the URLs that do not fit in memory: `urls` maps
+        url_id → saved URL (the same map the resident URLs are saved to), `segments`
+        holds the cold queue's order."""
+        saved = self._cold_index or {}
+        index = ColdIndex({int(b): list(w) for b, w in saved.get("buckets", {}).items()},
+                          saved.get("count", 0))
+        self.cold = ColdQueue(segments, urls, index, bucket_s=self.cfg.cold_bucket_s)
+
+    def resident_changes(self) -> tuple[set[str], set[str]]:
+        """URL ids that entered / left memory since the last call (only while big):
+        the keyed state's record of which URLs to load when the host is rebuilt."""
+        out = self._resident_added, self._resident_removed
+        self._resident_added, self._resident_removed = set(), set()
+        return out
+
+    def _go_big(self) -> None:
+        if not self.big:
+            self.big = True
+            self._resident_added |= set(self.urls)
+            self._count("hosts_spilling")
+
+    def _spill(self, u: UrlState) -> None:
+        """Move a queued URL out of memory, to the cold queue (its heap entries go stale)."""
+        assert self.cold is not None
+        del self.urls[u.url_id]
+        self._dirty.discard(u.url_id)
+        self.cold.add(u.url_id, url_to_saved(u), u.next_fetch_at)
+        self._resident_removed.add(u.url_id)
+        self._resident_added.discard(u.url_id)
+        self._count("urls_spilled")
+
+    def _maybe_spill(self, u: UrlState, now: float) -> None:
+        """A big host keeps in memory only what it may lease within one cold bucket."""
+        if self.big and u.status is not UrlStatus.LEASED and u.url_id in self.urls and \
+                u.next_fetch_at > now + self.cfg.cold_bucket_s:
+            self._spill(u)
+
+    def _refill_possible(self) -> bool:
+        """Room for a batch (a quarter of the window), or nothing queued at all."""
+        cap = self.cfg.max_resident_urls
+        room = cap - len(self.urls)
+        return room > 0 and (room >= cap // 4 or len(self.urls) == len(self.in_flight))
+
+    def _cold_wake(self) -> float | None:
+        """When the cold queue needs the host awake: its first bucket, if it can load."""
+        if not self.big or self.cold is None or not len(self.cold):
+            return None
+        return self.cold.earliest() if self._refill_possible() else None
+
+    def _make_room(self, now: float) -> None:
+        """Cold URLs are due but the window is full: spill resident URLs that are not
+        due within a bucket (rarely: at most once a minute)."""
+        if now - self._last_room_scan < 60.0:
+            return
+        self._last_room_scan = now
+        horizon = now + self.cfg.cold_bucket_s
+        for u in [u for u in self.urls.values()
+                  if u.status is not UrlStatus.LEASED and u.next_fetch_at > horizon]:
+            self._spill(u)
+
+    def _refill(self, now: float) -> None:
+        """Load cold URLs that are due soon, while the window has room (in batches)."""
+        cold = self.cold
+        if not self.big or cold is None or not len(cold):
+            return
+        earliest = cold.earliest()
+        if earliest is None or earliest > now:
+            return
+        if not self._refill_possible():
+            self._make_room(now)
+            if not self._refill_possible():
+                return
+        room = self.cfg.max_resident_urls - len(self.urls)
+        for uid, saved in cold.take(room, now + self.cfg.cold_bucket_s):
+            u = url_from_saved(saved)
+            self.urls[uid] = u
+            self._resident_added.add(uid)
+            self._resident_removed.discard(uid)
+            self._seq += 1
+            u.token = self._seq
+            heapq.heappush(self._due, (u.next_fetch_at, self._seq, uid))
+            self._count("urls_loaded")
 
     # -- discovery ------------------------------------------------------------
 
     def find(self, url: str) -> tuple[str, UrlState | None]:
         """The URL's id and state; probing on a 64-bit id collision (full URL compared)."""
+        cold = self.cold if self.big else None
         for uid in url_ids(url):
             u = self.urls.get(uid)
+            if u is None and cold is not None:
+                saved = cold.get(uid)
+                u = None if saved is None else url_from_saved(saved)
             if u is None or u.url == url:
                 return uid, u
             self._count("url_id_collisions")
@@ -330,8 +434,8 @@ class HostFrontier:
             raise ValueError(f"{url} does not belong to {self.host_key}")
         uid, known = self.find(url)
         if known is not None:
-            if priority is not None and priority > known.priority:
-                known.priority = priority
+            if priority is not None and priority > known.priority and uid in self.urls:
+                known.priority = priority  # (a cold URL keeps its priority until loaded)
                 self._dirty.add(uid)
             return Admission(False, uid, "known")
         reason = check_url(url, depth, self.cfg.traps)
@@ -345,7 +449,15 @@ class HostFrontier:
         value = discovery_priority(priority, depth, is_seed, self.cfg.recrawl)
         u = UrlState(uid, url, priority=value, depth=depth, redirect_hops=redirect_hops,
                      kind=kind, interval_s=initial_interval(value, self.cfg.recrawl))
+        if self.cold is not None and len(self.urls) >= self.cfg.max_resident_urls:
+            self._go_big()
+            u.next_fetch_at = now
+            self.cold.add(uid, url_to_saved(u), now)
+            self._count("urls_spilled")
+            return Admission(True, uid, "new")
         self.urls[uid] = u
+        if self.big:
+            self._resident_added.add(uid)
         self._enqueue(u, now)
         return Admission(True, uid, "new")
 
@@ -374,6 +486,7 @@ class HostFrontier:
                 self._enqueue(u, now)
             else:
                 self._park(u, now, f"lease expired {u.attempt} times")
+                self._maybe_spill(u, now)
         return expired
 
     def _park(self, u: UrlState, now: float, reason: str) -> None:
@@ -407,6 +520,7 @@ class HostFrontier:
     def poll(self, now: float, global_budget: DailyBudget | None = None) -> Lease | None:
         """Grant the next lease if the host's tokens allow one now (at most one per call)."""
         self.expire(now)
+        self._refill(now)
         if not self._tokens_free(now):
             return None
         due = self._earliest_due()
@@ -474,6 +588,9 @@ class HostFrontier:
                 want = None  # the robots completion (or its expiry) wakes the host
             else:
                 want = self._earliest_due()
+                cold = self._cold_wake()
+                if cold is not None:
+                    want = cold if want is None else min(want, cold)
             if want is not None:
                 budget_reset = (now // DAY_S + 1) * DAY_S \
                     if self.budget.remaining(now, self.policy.daily_budget) == 0 else 0.0
@@ -508,7 +625,10 @@ class HostFrontier:
         # its own completion (a duplicate) or its expiry.
         u.lease_id, u.relet, u.attempt = None, False, 0
         self._count("completions_accepted")
-        return self._apply(u, r, now)
+        out = self._apply(u, r, now)
+        out.state = u
+        self._maybe_spill(u, now)
+        return out
 
     def _host_signal(self, r: FetchResult, now: float) -> None:
         """Backoff and allowance from what the host answered."""
@@ -618,6 +738,9 @@ class HostFrontier:
             "in_flight": dict(self.in_flight), "budget": replace(self.budget),
             "templates": TemplateBudget(self.templates.day, dict(self.templates.counts)),
             "lease_seq": self._lease_seq, "rng": self.rng.state, "stats": dict(self.stats),
+            "big": self.big, "cold_index": None if self.cold is None else {
+                "buckets": {b: list(w) for b, w in self.cold.index.buckets.items()},
+                "count": self.cold.index.count},
         }
 
     def changed_urls(self) -> list[tuple[str, tuple | None]]:
@@ -659,6 +782,7 @@ class HostFrontier:
         h._lease_seq = snap["lease_seq"]
         h.rng.state = snap["rng"]
         h.stats = dict(snap.get("stats", {}))
+        h.big, h._cold_index = snap.get("big", False), snap.get("cold_index")
         h._parsed = parse_robots(h.robots.body) if h.robots.body else None
         h._crawl_delay = crawl_delay_s(h.robots, cfg.robots, h._parsed)
         restored = sorted(((k, url_from_saved(saved), saved) for k, saved in snap["urls"].items()),
@@ -671,6 +795,49 @@ class HostFrontier:
             if u.status is not UrlStatus.LEASED:
                 h._enqueue(u, u.next_fetch_at)
         h._dirty.clear()
+        return h
+
+    # -- keyed storage (the frontier job's state; dicts in tests) ------------------------
+
+    def save(self, urls: KeyValue, resident: KeyValue, segments: KeyValue) -> dict[str, Any]:
+        """Write what changed since the last save; returns the host's own value to store.
+
+        `urls`: url_id → URL by field name (every URL, resident or cold); `resident`:
+        the ids in memory (kept only once the host is big); `segments`: the cold queue.
+        """
+        if self.cold is None:
+            self.attach_cold(segments, urls)
+        for uid, saved in self.changed_urls():
+            if saved is None:
+                urls.remove(uid)
+            else:  # by field name, so that a savepoint survives added or retired fields
+                urls.put(uid, dict(zip(URL_FIELD_NAMES, saved, strict=True)))
+        assert self.cold is not None
+        self.cold.flush()
+        added, removed = self.resident_changes()
+        for uid in added:
+            resident.put(uid, True)
+        for uid in removed:
+            resident.remove(uid)
+        return self.host_state()
+
+    @classmethod
+    def load(cls, host_key: str, saved: dict[str, Any] | None, cfg: FrontierConfig,
+             urls: KeyValue, resident: KeyValue, segments: KeyValue,
+             all_urls: Callable[[], Iterable[tuple[str, Any]]],
+             resident_ids: Callable[[], Iterable[str]]) -> HostFrontier:
+        """Rebuild a host from keyed storage: a big host loads only its resident window,
+        a small one all its URLs."""
+        if saved is None:
+            h = cls(host_key, cfg)
+        else:
+            if saved.get("big"):
+                window = {uid: urls.get(uid) for uid in resident_ids()}
+                window = {uid: v for uid, v in window.items() if v is not None}
+            else:
+                window = dict(all_urls())
+            h = cls.restore({**saved, "urls": window}, cfg)
+        h.attach_cold(segments, urls)
         return h
 
     def check_invariants(self) -> list[str]:
@@ -689,6 +856,11 @@ class HostFrontier:
 URL_FIELD_NAMES = tuple(f.name for f in fields(UrlState))
 _URL_FIELDS = attrgetter(*URL_FIELD_NAMES)
 _URL_FIELD_SET = frozenset(URL_FIELD_NAMES)
+
+
+def url_to_saved(u: UrlState) -> dict[str, Any]:
+    """A URL state by field name, as keyed state stores it (see url_from_saved)."""
+    return dict(zip(URL_FIELD_NAMES, _URL_FIELDS(u), strict=True))
 
 
 def url_from_saved(saved: tuple | dict[str, Any]) -> UrlState:

@@ -1,0 +1,74 @@
+"""A hot host in the frontier job: far more URLs than its resident window, so most of
+them go through the cold queue in keyed state (spill, flush, load back) — and every
+URL is still leased exactly once and indexed once."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+
+from kafka import KafkaProducer
+
+from tests.integration.test_frontier_job import REG, Topic, completion_for
+
+HOST = "http://hot.test"
+URLS = 1000
+WINDOW = 50
+
+
+def test_a_host_with_twenty_times_its_window_is_crawled_exactly_once(cfg, fresh_topics):
+    disc, leases, comps, index, dlq = fresh_topics("disc", "leases", "comps", "index", "dlq")
+    overrides = [f"topics.discovered.name={disc}", f"topics.leases.name={leases}",
+                 f"topics.completions.name={comps}", f"topics.index.name={index}",
+                 f"topics.deadletter.name={dlq}", "flink.checkpoint_interval_ms=1000",
+                 "flink.restart_strategy=none", f"frontier.max_resident_urls={WINDOW}",
+                 "frontier.cold_bucket_s=600", "politeness.min_gap_s=0",
+                 "politeness.duration_factor=0", "politeness.max_in_flight=40"]
+    job = subprocess.Popen([sys.executable, "-m", "jobs.frontier",
+                            *[a for o in overrides for a in ("--set", o)]],
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                           start_new_session=True)
+    try:
+        producer = KafkaProducer(bootstrap_servers=cfg["kafka.bootstrap_servers"])
+        links = [{"url": f"{HOST}/p/{i}", "lastmod_ms": None, "priority": None}
+                 for i in range(URLS)]
+        seed = {"host_key": HOST, "source": "SEED", "parent_url": None, "depth": 0,
+                "redirect_hops": 0, "discovered_at_ms": 0, "links": links}
+        producer.send(disc, REG.encode("discovered", seed), key=HOST.encode())
+        producer.flush()
+
+        lease_topic = Topic(cfg, leases)
+        answered: set[str] = set()
+
+        def answer_all(records) -> bool:
+            for _, lease in records:
+                if lease["lease_id"] in answered:
+                    continue
+                answered.add(lease["lease_id"])
+                if lease["kind"] == "ROBOTS":
+                    extra = {"body": b"User-agent: *\nAllow: /\n"}
+                else:  # distinct pages: no duplicate flags
+                    extra = {"body_sha256": lease["url_id"] * 4,
+                             "simhash": int(lease["url_id"][:15], 16)}
+                producer.send(comps, REG.encode("completion", completion_for(
+                    lease, outcome="OK", http_status=200, **extra)),
+                    key=lease["host_key"].encode())
+            producer.flush()
+            return sum(1 for _, r in records if r["kind"] == "PAGE") >= URLS
+
+        got = lease_topic.wait("lease", answer_all, timeout_s=240)
+        pages = [r for _, r in got if r["kind"] == "PAGE"]
+        assert sorted(r["url"] for r in pages) == sorted(link["url"] for link in links)
+        assert {(r["url_version"], r["attempt"]) for r in pages} == {(1, 1)}
+        events = Topic(cfg, index).wait("index_event", lambda s: len(s) >= URLS, timeout_s=120)
+        assert sorted(rec["event_id"] for _, rec in events) == sorted(
+            f"{r['url_id']}:1" for r in pages)
+    finally:
+        os.killpg(job.pid, signal.SIGTERM)
+        try:
+            job.wait(30)
+        except subprocess.TimeoutExpired:
+            os.killpg(job.pid, signal.SIGKILL)
+            job.wait(10)

@@ -1,0 +1,166 @@
+"""Bounded memory for a hot host: the cold queue, and a host past max_resident_urls
+driven on a virtual clock through the same save/load path the frontier job uses."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from udfs.core.coldqueue import ColdQueue, DictKeyValue
+from udfs.core.frontier import FetchResult, FrontierConfig, HostFrontier, Kind, Outcome, UrlStatus
+
+H = "http://hot.test"
+CAP = 100
+
+
+class CountingKV(DictKeyValue):
+    def __init__(self) -> None:
+        super().__init__()
+        self.puts = 0
+
+    def put(self, key, value):
+        self.puts += 1
+        super().put(key, value)
+
+
+def test_cold_queue_returns_buckets_in_due_order_and_writes_each_segment_once():
+    segments, urls = CountingKV(), DictKeyValue()
+    q = ColdQueue(segments, urls, bucket_s=100.0, segment_size=1000)
+    for i in range(2500):
+        q.add(f"late{i}", {"n": i}, due=250.0)
+    for i in range(10):
+        q.add(f"early{i}", {"n": i}, due=5.0)
+    q.flush()
+    assert len(q) == 2510 and q.earliest() == 0.0
+    assert segments.puts == 4  # 3 segments of bucket 2, 1 of bucket 0: one write each
+    assert q.take(5, until=50.0) == [(f"early{i}", {"n": i}) for i in range(5)]
+    got = q.take(1000, until=50.0)  # bucket 2 starts at 200: not yet
+    assert [uid for uid, _ in got] == [f"early{i}" for i in range(5, 10)]
+    assert q.earliest() == 200.0
+    got = q.take(3000, until=300.0)
+    assert [uid for uid, _ in got] == [f"late{i}" for i in range(2500)]  # FIFO in a bucket
+    assert len(q) == 0 and q.earliest() is None and len(segments) == 0
+
+
+def cfg(**kw) -> FrontierConfig:
+    base = FrontierConfig(max_resident_urls=CAP, cold_bucket_s=600.0, lease_timeout_s=60.0)
+    return replace(base, host=replace(base.host, min_gap_s=0.01, max_in_flight=4,
+                                      duration_factor=0.0), **kw)
+
+
+class Stores:
+    """The frontier job's four pieces of keyed state, as dicts."""
+
+    def __init__(self) -> None:
+        self.host = None
+        self.urls, self.resident, self.segments = DictKeyValue(), DictKeyValue(), DictKeyValue()
+
+    def save(self, h: HostFrontier) -> None:
+        self.host = h.save(self.urls, self.resident, self.segments)
+
+    def load(self, c: FrontierConfig) -> HostFrontier:
+        return HostFrontier.load(H, self.host, c, self.urls, self.resident, self.segments,
+                                 self.urls.items, self.resident.keys)
+
+
+def answer(lease, outcome=Outcome.OK) -> FetchResult:
+    if lease.kind is Kind.ROBOTS:
+        return FetchResult(lease.lease_id, lease.url_id, lease.url_version, Outcome.OK,
+                           Kind.ROBOTS, lease.attempt, http_status=200,
+                           robots_body=b"User-agent: *\nAllow: /\n")
+    return FetchResult(lease.lease_id, lease.url_id, lease.url_version, outcome, lease.kind,
+                       lease.attempt, http_status=200, body_sha256="b" * 64,
+                       text_sha256=lease.url_id * 4)
+
+
+def crawl(stores: Stores, c: FrontierConfig, now: float, until: float, *,
+          rebuild_every: int = 0, max_steps: int = 200_000):
+    """Lease and answer on a virtual clock, saving after each step like the job does;
+    returns (page leases, largest resident window seen, now)."""
+    h = stores.load(c)
+    leases, largest, steps = [], 0, 0
+    while now < until and steps < max_steps:
+        steps += 1
+        lease = h.poll(now)
+        if lease is not None:
+            h.complete(answer(lease), now)
+            if lease.kind is Kind.PAGE:
+                leases.append(lease)
+        largest = max(largest, len(h.urls))
+        assert h.check_invariants() == []
+        stores.save(h)
+        if rebuild_every and steps % rebuild_every == 0:
+            h = stores.load(c)  # dropped from the cache, rebuilt from keyed state
+        wake = h.next_wake(now)
+        if lease is None:
+            if wake is None:
+                break
+            now = max(now + 0.001, wake)
+    return leases, largest, now, h
+
+
+@pytest.mark.parametrize("rebuild_every", [0, 37])
+def test_a_host_with_many_urls_stays_within_its_window_and_leases_each_url_once(rebuild_every):
+    c, stores = cfg(), Stores()
+    h = stores.load(c)
+    urls = [f"{H}/p/{i}" for i in range(3000)]
+    for url in urls:
+        assert h.discover(url, 0.0, checked=True).accepted
+    assert len(h.urls) == CAP and h.big and len(h.cold) == 3000 - CAP
+    assert h.discover(urls[-1], 0.0, checked=True).reason == "known"  # a cold URL is known
+    assert h.pending() == 3000
+    stores.save(h)
+    assert len(stores.resident) == CAP and len(stores.urls) == 3000
+
+    leases, largest, now, h = crawl(stores, c, 0.0, until=3600.0,
+                                    rebuild_every=rebuild_every)
+    assert largest <= CAP
+    assert sorted(lease.url for lease in leases) == sorted(urls)  # each exactly once
+    assert all(lease.url_version == 1 for lease in leases)
+    # Fetched URLs wait for their recrawl in the cold queue, not in memory.
+    assert len(h.urls) < CAP and len(h.cold) + len(h.urls) == 3000
+    assert {saved["status"] for saved in stores.urls.values()} == {UrlStatus.FETCHED}
+
+
+def test_recrawls_come_back_from_the_cold_queue_when_due():
+    c, stores = cfg(), Stores()
+    h = stores.load(c)
+    for i in range(300):
+        h.discover(f"{H}/p/{i}", 0.0, checked=True)
+    stores.save(h)
+    first, _, now, h = crawl(stores, c, 0.0, until=600.0)
+    assert len(first) == 300
+    interval = c.recrawl.max_interval_s
+    again, largest, _, h = crawl(stores, c, now + interval, until=now + interval + 600.0)
+    assert sorted(lease.url for lease in again) == sorted(lease.url for lease in first)
+    assert all(lease.url_version == 2 for lease in again) and largest <= CAP
+
+
+def test_a_small_host_never_touches_the_cold_queue():
+    c, stores = cfg(), Stores()
+    h = stores.load(c)
+    for i in range(CAP - 10):
+        h.discover(f"{H}/p/{i}", 0.0, checked=True)
+    stores.save(h)
+    leases, _, _, h = crawl(stores, c, 0.0, until=600.0)
+    assert len(leases) == CAP - 10 and not h.big
+    assert len(stores.segments) == 0 and len(stores.resident) == 0
+
+
+def test_cold_urls_that_are_due_displace_resident_ones_that_are_not():
+    # A window full of URLs not due for a day must not starve cold URLs due now.
+    c, stores = cfg(), Stores()
+    h = stores.load(c)
+    t = 0.0
+    for i in range(CAP):
+        h.discover(f"{H}/later/{i}", t, checked=True)
+    for u in h.urls.values():
+        h._enqueue(u, t + 86400.0)  # (white-box: as if a robots re-check were pending)
+    for i in range(50):
+        h.discover(f"{H}/now/{i}", t, checked=True)
+    assert len(h.cold) == 50
+    stores.save(h)
+    leases, largest, _, _ = crawl(stores, c, t, until=t + 300.0)
+    assert {lease.url for lease in leases} == {f"{H}/now/{i}" for i in range(50)}
+    assert largest <= CAP
