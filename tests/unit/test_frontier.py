@@ -484,3 +484,29 @@ def test_restore_from_field_dicts_tolerates_added_and_retired_fields():
     assert r.check_invariants() == [] and r.pending() == 3
     assert all(u.kind is Kind.PAGE for u in r.urls.values())
     assert r.poll(max(t, r.next_allowed_at)).url.startswith(H + "/p")
+
+
+def test_host_state_is_plain_data_by_field_name_and_survives_added_and_retired_fields():
+    import pickle
+
+    h = host()
+    t = with_robots(h, urls=[f"{H}/p{p}" for p in range(3)])
+    lease = h.poll(t)
+    saved = pickle.loads(pickle.dumps(h.host_state()))
+    # No pickled classes of ours but enums: records are dicts by field name.
+    assert isinstance(saved["policy"], dict) and isinstance(saved["robots"], dict)
+    assert isinstance(saved["in_flight"][lease.lease_id], dict)
+    # An older build wrote a field we retired, and lacked fields we added since.
+    saved["policy"]["retired_knob"] = 7
+    del saved["policy"]["policy_version"]
+    saved["robots"]["retired_flag"] = True
+    del saved["robots"]["retry_at"]
+    saved["in_flight"][lease.lease_id]["retired"] = "x"
+    del saved["in_flight"][lease.lease_id]["last_modified"]
+    urls = h.snapshot()["urls"]
+    r = HostFrontier.restore({**saved, "urls": urls}, CFG)
+    assert r.policy.policy_version == 0 and r.robots.retry_at == 0.0
+    assert r.in_flight[lease.lease_id].url == lease.url  # the lease in flight survived
+    assert r.next_allowed_at == h.next_allowed_at and r.check_invariants() == []
+    done = r.complete(ok(r.in_flight[lease.lease_id]), t + 1)
+    assert done.verdict is Acceptance.ACCEPTED

@@ -729,14 +729,18 @@ class HostFrontier:
 
     def host_state(self) -> dict[str, Any]:
         """The host's durable state except its URLs, as plain data (one keyed value)."""
+        # Records by field name, not pickled classes: a savepoint restores into code
+        # that added or retired a field (see _from_fields).
         return {
-            "host_key": self.host_key, "policy": self.policy, "robots": self.robots,
-            "robots_version": self.robots_version, "robots_lease": self.robots_lease,
+            "host_key": self.host_key, "policy": _fields_of(self.policy),
+            "robots": _fields_of(self.robots), "robots_version": self.robots_version,
+            "robots_lease": None if self.robots_lease is None else _fields_of(self.robots_lease),
             "robots_follow": self.robots_follow, "robots_hops": self._robots_hops,
             "next_allowed_at": self.next_allowed_at, "backoff_until": self.backoff_until,
             "backoff_exponent": self.backoff_exponent, "allowance": self.allowance,
-            "in_flight": dict(self.in_flight), "budget": replace(self.budget),
-            "templates": TemplateBudget(self.templates.day, dict(self.templates.counts)),
+            "in_flight": {k: _fields_of(v) for k, v in self.in_flight.items()},
+            "budget": _fields_of(self.budget),
+            "templates": {"day": self.templates.day, "counts": dict(self.templates.counts)},
             "lease_seq": self._lease_seq, "rng": self.rng.state, "stats": dict(self.stats),
             "big": self.big, "cold_index": None if self.cold is None else {
                 "buckets": {b: list(w) for b, w in self.cold.index.buckets.items()},
@@ -770,15 +774,20 @@ class HostFrontier:
     @classmethod
     def restore(cls, snap: dict[str, Any], cfg: FrontierConfig) -> HostFrontier:
         """Rebuild a host from a snapshot; the queue is derived from the URL states."""
-        h = cls(snap["host_key"], cfg, policy=snap["policy"])
-        h.robots, h.robots_version = snap["robots"], snap["robots_version"]
-        h.robots_lease, h.robots_follow = snap["robots_lease"], snap["robots_follow"]
+        h = cls(snap["host_key"], cfg, policy=_from_fields(HostPolicy, snap["policy"]))
+        h.robots = _from_fields(RobotsState, snap["robots"])
+        h.robots_version = snap["robots_version"]
+        h.robots_lease = _from_fields(Lease, snap["robots_lease"])
+        h.robots_follow = snap["robots_follow"]
         h._robots_hops = snap["robots_hops"]
         h.next_allowed_at, h.backoff_until = snap["next_allowed_at"], snap["backoff_until"]
         h.backoff_exponent, h.allowance = snap["backoff_exponent"], snap["allowance"]
-        h.in_flight = dict(snap["in_flight"])
-        h.budget = replace(snap["budget"])
-        h.templates = TemplateBudget(snap["templates"].day, dict(snap["templates"].counts))
+        h.in_flight = {k: _from_fields(Lease, v) for k, v in snap["in_flight"].items()}
+        h.budget = replace(_from_fields(DailyBudget, snap["budget"]))
+        templates = snap["templates"]
+        if isinstance(templates, TemplateBudget):  # written before field-named state
+            templates = {"day": templates.day, "counts": templates.counts}
+        h.templates = TemplateBudget(templates["day"], dict(templates["counts"]))
         h._lease_seq = snap["lease_seq"]
         h.rng.state = snap["rng"]
         h.stats = dict(snap.get("stats", {}))
@@ -856,6 +865,20 @@ class HostFrontier:
 URL_FIELD_NAMES = tuple(f.name for f in fields(UrlState))
 _URL_FIELDS = attrgetter(*URL_FIELD_NAMES)
 _URL_FIELD_SET = frozenset(URL_FIELD_NAMES)
+
+
+def _fields_of(record: Any) -> dict[str, Any]:
+    """A dataclass record as {field name: value} (values themselves are plain or enums)."""
+    return {f.name: getattr(record, f.name) for f in fields(record)}
+
+
+def _from_fields(cls: type, saved: Any) -> Any:
+    """Rebuild a record saved by field name: unknown (retired) fields are ignored, missing
+    (added) ones take their defaults. A record pickled whole by older code passes as is."""
+    if saved is None or isinstance(saved, cls):
+        return saved
+    names = {f.name for f in fields(cls)}
+    return cls(**{k: v for k, v in saved.items() if k in names})
 
 
 def url_to_saved(u: UrlState) -> dict[str, Any]:
