@@ -25,8 +25,8 @@ module "manifests" {
   flink_python_jar  = local.flink_python_jar
   service_account   = local.service_account
   jobs = {
-    frontier = merge(var.frontier_resources, { parallelism = var.frontier_parallelism, task_slots = var.task_slots })
-    fetcher  = merge(var.fetcher_resources, { parallelism = var.fetcher_parallelism, task_slots = var.task_slots })
+    frontier = merge(var.resources["frontier"], { parallelism = var.frontier_parallelism, task_slots = var.task_slots })
+    fetcher  = merge(var.resources["fetcher"], { parallelism = var.fetcher_parallelism, task_slots = var.task_slots })
   }
   checkpoint_interval_ms  = var.checkpoint_interval_ms
   state_backend           = var.state_backend

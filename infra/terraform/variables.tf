@@ -104,51 +104,30 @@ variable "task_slots" {
   }
 }
 
-variable "frontier_resources" {
-  description = "CPU (cores) and memory (e.g. 4096m, 8g) of the frontier's JobManager and TaskManager pods."
-  type = object({
+variable "resources" {
+  description = "Per job (frontier, fetcher): CPU (cores) and memory (e.g. 4096m, 8g) of its JobManager and TaskManager pods."
+  type = map(object({
     jobmanager_cpu     = number
     jobmanager_memory  = string
     taskmanager_cpu    = number
     taskmanager_memory = string
-  })
+  }))
   default = {
-    jobmanager_cpu     = 1
-    jobmanager_memory  = "2048m"
-    taskmanager_cpu    = 2
-    taskmanager_memory = "8192m"
+    frontier = { jobmanager_cpu = 1, jobmanager_memory = "2048m", taskmanager_cpu = 2, taskmanager_memory = "8192m" }
+    fetcher  = { jobmanager_cpu = 1, jobmanager_memory = "2048m", taskmanager_cpu = 2, taskmanager_memory = "4096m" }
   }
 
   validation {
-    condition = alltrue([
-      for m in [var.frontier_resources.jobmanager_memory, var.frontier_resources.taskmanager_memory] :
-      can(regex("^[0-9]+[mg]$", m))
-    ]) && var.frontier_resources.jobmanager_cpu > 0 && var.frontier_resources.taskmanager_cpu > 0
-    error_message = "frontier_resources: memory like 2048m or 8g, CPU above 0."
+    condition     = toset(keys(var.resources)) == toset(["frontier", "fetcher"])
+    error_message = "resources must have exactly the jobs frontier and fetcher."
   }
-}
-
-variable "fetcher_resources" {
-  description = "CPU (cores) and memory (e.g. 4096m, 8g) of the fetcher's JobManager and TaskManager pods."
-  type = object({
-    jobmanager_cpu     = number
-    jobmanager_memory  = string
-    taskmanager_cpu    = number
-    taskmanager_memory = string
-  })
-  default = {
-    jobmanager_cpu     = 1
-    jobmanager_memory  = "2048m"
-    taskmanager_cpu    = 2
-    taskmanager_memory = "4096m"
-  }
-
   validation {
     condition = alltrue([
-      for m in [var.fetcher_resources.jobmanager_memory, var.fetcher_resources.taskmanager_memory] :
-      can(regex("^[0-9]+[mg]$", m))
-    ]) && var.fetcher_resources.jobmanager_cpu > 0 && var.fetcher_resources.taskmanager_cpu > 0
-    error_message = "fetcher_resources: memory like 2048m or 8g, CPU above 0."
+      for r in values(var.resources) :
+      can(regex("^[0-9]+[mg]$", r.jobmanager_memory)) && can(regex("^[0-9]+[mg]$", r.taskmanager_memory)) &&
+      r.jobmanager_cpu > 0 && r.taskmanager_cpu > 0
+    ])
+    error_message = "resources: memory like 2048m or 8g, CPU above 0."
   }
 }
 

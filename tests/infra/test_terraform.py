@@ -217,7 +217,7 @@ def test_no_credential_has_a_default():
 def test_the_settings_that_size_and_pace_the_crawl_are_validated():
     variables = root_variables()
     for name in ["image", "namespace", "frontier_parallelism", "fetcher_parallelism",
-                 "task_slots", "frontier_resources", "fetcher_resources",
+                 "task_slots", "resources",
                  "checkpoint_interval_ms", "state_backend", "politeness", "topics",
                  "kafka_mode", "bucket", "user_agent"]:
         assert variables[name].get("validation"), name
@@ -232,6 +232,11 @@ def test_the_settings_that_size_and_pace_the_crawl_are_validated():
     ({"politeness": {"max_in_flight": 1, "min_gap_s": 0.0, "duration_factor": 10,
                      "daily_budget": 10}}, "min_gap_s at least 0.1"),
     ({"crawl_settings": {"timeout": 5}}, "crawl_settings must map dotted keys"),
+    ({"resources": {"frontier": {"jobmanager_cpu": 1, "jobmanager_memory": "2 GB",
+                                 "taskmanager_cpu": 1, "taskmanager_memory": "4g"},
+                    "fetcher": {"jobmanager_cpu": 1, "jobmanager_memory": "2g",
+                                "taskmanager_cpu": 1, "taskmanager_memory": "4g"}}},
+     "memory like 2048m"),
     ({"kafka_mode": "external"}, "kafka_bootstrap_servers is required"),
     ({"s3_endpoint_url": "http://minio.storage:9000"}, "leave create_bucket false"),
 ])

@@ -4,13 +4,9 @@ URL is still leased exactly once and indexed once."""
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
-import sys
-
 from kafka import KafkaProducer
 
+from crawler.run import JobProcess
 from tests.integration.test_frontier_job import REG, Topic, completion_for
 
 HOST = "http://hot.test"
@@ -18,7 +14,8 @@ URLS = 1000
 WINDOW = 50
 
 
-def test_a_host_with_twenty_times_its_window_is_crawled_exactly_once(cfg, fresh_topics):
+def test_a_host_with_twenty_times_its_window_is_crawled_exactly_once(cfg, fresh_topics,
+                                                                      tmp_path):
     disc, leases, comps, index, dlq = fresh_topics("disc", "leases", "comps", "index", "dlq")
     overrides = [f"topics.discovered.name={disc}", f"topics.leases.name={leases}",
                  f"topics.completions.name={comps}", f"topics.index.name={index}",
@@ -26,10 +23,8 @@ def test_a_host_with_twenty_times_its_window_is_crawled_exactly_once(cfg, fresh_
                  "flink.restart_strategy=none", f"frontier.max_resident_urls={WINDOW}",
                  "frontier.cold_bucket_s=600", "politeness.min_gap_s=0",
                  "politeness.duration_factor=0", "politeness.max_in_flight=40"]
-    job = subprocess.Popen([sys.executable, "-m", "jobs.frontier",
-                            *[a for o in overrides for a in ("--set", o)]],
-                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                           start_new_session=True)
+    job = JobProcess("frontier", overrides, tmp_path / "frontier.log")
+    job.start()
     try:
         producer = KafkaProducer(bootstrap_servers=cfg["kafka.bootstrap_servers"])
         links = [{"url": f"{HOST}/p/{i}", "lastmod_ms": None, "priority": None}
@@ -66,9 +61,4 @@ def test_a_host_with_twenty_times_its_window_is_crawled_exactly_once(cfg, fresh_
         assert sorted(rec["event_id"] for _, rec in events) == sorted(
             f"{r['url_id']}:1" for r in pages)
     finally:
-        os.killpg(job.pid, signal.SIGTERM)
-        try:
-            job.wait(30)
-        except subprocess.TimeoutExpired:
-            os.killpg(job.pid, signal.SIGKILL)
-            job.wait(10)
+        job.stop()
