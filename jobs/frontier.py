@@ -11,7 +11,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from pyflink.common import Types
+from pyflink.common import Row, Types
 
 from udfs.config import load_config
 from udfs.frontier_operator import (
@@ -20,6 +20,7 @@ from udfs.frontier_operator import (
     HOST_INPUT,
     INDEX,
     INDEX_INPUT,
+    TICK,
     ContentDedup,
     FrontierFunction,
     Intake,
@@ -38,13 +39,20 @@ def main(argv: Sequence[str] | None = None) -> None:
     cfg = load_config(args.config, overrides=args.set)
 
     env = make_env(cfg, thread_mode=True)
+    env.get_config().set_auto_watermark_interval(200)
     kafka = KafkaIO(env, cfg)
-    discovered = kafka.source(cfg.topic("discovered"), "frontier", bounded=args.bounded)
-    completions = kafka.source(cfg.topic("completions"), "frontier", bounded=args.bounded)
+    discovered = kafka.source(cfg.topic("discovered"), "frontier", bounded=args.bounded,
+                              ingestion_time=True)
+    completions = kafka.source(cfg.topic("completions"), "frontier", bounded=args.bounded,
+                               ingestion_time=True)
     records = discovered.union(completions) \
         .process(Intake(cfg.topic("discovered"), cfg.topic("completions")),
                  output_type=HOST_INPUT).uid("frontier-intake").name("decode and normalize")
-    frontier = records.key_by(lambda r: r[0], key_type=Types.STRING()) \
+    # The crawl clock: its watermark fires the hosts' event-time timers even when no
+    # record arrives (wall-clock ticks, or a topic's timestamps for a virtual clock).
+    ticks = kafka.clock(cfg["frontier.clock_topic"]) \
+        .map(lambda _: Row("", TICK, b""), output_type=HOST_INPUT).name("crawl clock")
+    frontier = records.union(ticks).key_by(lambda r: r[0], key_type=Types.STRING()) \
         .process(FrontierFunction(dict(cfg.data)), output_type=ROW_KEY_VALUE) \
         .uid("frontier-hosts").name("frontier")
     # Index events: exact duplicates by body hash, then one hop per SimHash band.

@@ -138,6 +138,8 @@ _RULES: dict[str, Callable[[Any], str | None]] = {
     "frontier.max_resident_urls": _between(16, 10_000_000),
     "frontier.cold_bucket_s": _between(1, 86400),
     "frontier.cache_urls": _at_least(1000),
+    "frontier.clock_idle_ms": _between(100, 60_000),
+    "frontier.clock_topic": lambda v: None if v == "" else _topic_name(v),
     "recrawl.min_interval_s": _between(60, 86400 * 365),
     "recrawl.max_interval_s": _between(60, 86400 * 365),
     "recrawl.high_value_interval_s": _between(60, 86400 * 365),

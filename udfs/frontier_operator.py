@@ -3,14 +3,16 @@
 `Intake` (not keyed) decodes discovered URLs and completions, normalizes and
 regroups links by their real host_key, and dead-letters what it cannot read.
 `FrontierFunction` (keyed by host_key, thread mode) keeps each host's state in
-Flink keyed state — the host's fields in one value, its URLs in a map — with a
-bounded cache of live `HostFrontier` objects in front, rebuilt from state on a
-miss (after a restore the cache starts empty). Each call ends by writing back
-what changed and arming one timer at the host's `next_wake`.
+Flink keyed state — the host's fields in one value, its URLs in a map (a big
+host: a resident window plus a cold queue) — with a cache of live `HostFrontier`
+objects in front, bounded in hosts and URLs, rebuilt from state on a miss (after a
+restore the cache starts empty). Each call ends by writing back what changed and
+arming one event-time timer at the host's `next_wake`.
 
-Time: processing-time timers, and `now` is the wall clock. In thread mode their
-latency is about a millisecond (measured, GUIDE section 2); the core takes `now`
-as an input, so the virtual-clock tests drive the same rules.
+Time: the crawl clock (`crawl_now`): event time, driven by the clock stream the
+job joins to this operator's input (jobs/frontier.py, KafkaIO.clock), never
+behind the wall clock. The core takes `now` as an input, so the virtual-clock
+tests drive the same rules, and a clock topic drives the job itself.
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ HOST_INPUT = Types.ROW_NAMED(["host_key", "kind", "payload"],
                              [Types.STRING(), Types.STRING(), Types.PICKLED_BYTE_ARRAY()])
 INDEX_INPUT = Types.ROW_NAMED(["body_key", "event"], [Types.STRING(),
                                                      Types.PICKLED_BYTE_ARRAY()])
+TICK = "T"  # HOST_INPUT kind of a crawl-clock tick
 DEAD_LETTERS = OutputTag("dead-letters", ROW_KEY_VALUE)
 DISCOVERED = OutputTag("discovered", ROW_KEY_VALUE)
 INDEX = OutputTag("index", INDEX_INPUT)
@@ -49,6 +52,19 @@ INDEX = OutputTag("index", INDEX_INPUT)
 
 def _now() -> float:
     return time.time()
+
+
+# Watermarks past this are end-of-input markers (Long.MAX), not a clock reading.
+_CLOCK_LIMIT_MS = 2**62
+
+
+def crawl_now(watermark_ms: int) -> float:
+    """The crawl clock: the event-time watermark (driven by the clock stream), never
+    behind the wall clock — a lagging watermark must not shorten a politeness gap."""
+    wall = _now()
+    if watermark_ms <= 0 or watermark_ms >= _CLOCK_LIMIT_MS:
+        return wall
+    return max(wall, watermark_ms / 1000.0)
 
 
 class Intake(ProcessFunction):
@@ -142,13 +158,15 @@ class FrontierFunction(KeyedProcessFunction):
                                                            check=False))
         self._save(h, before)
         wake = h.next_wake(now)
-        if wake is not None:
-            ctx.timer_service().register_processing_time_timer(max(ms(wake), ms(now) + 1))
+        if wake is not None:  # fires when the crawl clock's watermark passes it
+            ctx.timer_service().register_event_time_timer(max(ms(wake), ms(now) + 1))
 
     # -- inputs -----------------------------------------------------------------------
 
     def process_element(self, row, ctx):
-        now = _now()
+        if row[1] == TICK:  # the clock's own records: only their watermarks matter
+            return
+        now = crawl_now(ctx.timer_service().current_watermark())
         h = self._host(row[0])
         before = len(h.urls)
         payload = pickle.loads(row[2])
@@ -173,7 +191,7 @@ class FrontierFunction(KeyedProcessFunction):
         yield from self._finish(h, before, now, ctx)
 
     def on_timer(self, timestamp: int, ctx):
-        now = _now()
+        now = crawl_now(timestamp)
         h = self._host(ctx.get_current_key())
         yield from self._finish(h, len(h.urls), now, ctx)
 

@@ -171,22 +171,62 @@ class KafkaIO:
                 "'key.format' = 'raw', 'key.fields' = 'key', "
                 "'value.format' = 'raw', 'value.fields-include' = 'EXCEPT_KEY'")
 
-    def source(self, topic: str, group: str, *, bounded: bool = False) -> DataStream:
-        """Records of `topic` from the group's committed offsets (else the earliest)."""
+    def source(self, topic: str, group: str, *, bounded: bool = False,
+               ingestion_time: bool = False) -> DataStream:
+        """Records of `topic` from the group's committed offsets (else the earliest).
+
+        `ingestion_time`: each record is stamped with the wall clock as it is read and
+        the source emits watermarks from it (idle partitions are marked idle), so that
+        event time downstream follows the crawl clock (see `clock`)."""
         name = _table_name("src", topic)
         bounded_opt = ", 'scan.bounded.mode' = 'latest-offset'" if bounded else ""
+        if ingestion_time:  # a quiet partition must not hold event time back for long
+            self.t_env.get_config().set("table.exec.source.idle-timeout",
+                                        f"{self.cfg['frontier.clock_idle_ms']} ms")
+        rowtime = (",\n              `ts` AS CAST(CURRENT_TIMESTAMP AS TIMESTAMP_LTZ(3)),"
+                   "\n              WATERMARK FOR `ts` AS `ts`") if ingestion_time else ""
         self.t_env.execute_sql(f"""
             CREATE TABLE {name} (
               `key` BYTES, `value` BYTES,
               `topic` STRING METADATA VIRTUAL,
               `partition` INT METADATA VIRTUAL,
-              `offset` BIGINT METADATA VIRTUAL
+              `offset` BIGINT METADATA VIRTUAL{rowtime}
             ) WITH ({self._common(topic)},
               'properties.group.id' = '{self.cfg['kafka.group_id_prefix']}.{group}',
               'properties.isolation.level' = 'read_committed',
               'scan.startup.mode' = 'group-offsets',
               'properties.auto.offset.reset' = 'earliest'{bounded_opt})""")
         return self.t_env.to_data_stream(self.t_env.from_path(name))
+
+    def clock(self, topic: str = "") -> DataStream:
+        """The crawl clock: a stream of ticks whose timestamps drive the watermark.
+
+        By default the wall clock (the datagen connector, which emits its rows once a
+        second: event time moves in one-second steps); with `topic`, the timestamps
+        of that topic's records instead, so that a test can drive a virtual clock
+        through the same path. Quiet Kafka inputs are marked idle after
+        frontier.clock_idle_ms, so the clock alone moves event time when nothing
+        arrives.
+        """
+        self.t_env.get_config().set("table.exec.source.idle-timeout",
+                                    f"{self.cfg['frontier.clock_idle_ms']} ms")
+        if topic:
+            self.t_env.execute_sql(f"""
+                CREATE TABLE crawl_clock (
+                  `value` BYTES,
+                  `ts` TIMESTAMP_LTZ(3) METADATA FROM 'timestamp' VIRTUAL,
+                  WATERMARK FOR `ts` AS `ts`
+                ) WITH ('connector' = 'kafka', 'topic' = '{topic}',
+                  'properties.bootstrap.servers' = '{self.cfg['kafka.bootstrap_servers']}',
+                  'scan.startup.mode' = 'latest-offset', 'value.format' = 'raw')""")
+        else:
+            self.t_env.execute_sql("""
+                CREATE TABLE crawl_clock (
+                  `tick` INT,
+                  `ts` AS CAST(CURRENT_TIMESTAMP AS TIMESTAMP_LTZ(3)),
+                  WATERMARK FOR `ts` AS `ts`
+                ) WITH ('connector' = 'datagen', 'rows-per-second' = '1')""")
+        return self.t_env.to_data_stream(self.t_env.from_path("crawl_clock"))
 
     def sink(self, ds: DataStream, topic: str, *, exactly_once: bool,
              transactional_id_prefix: str = "") -> None:

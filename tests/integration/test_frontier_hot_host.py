@@ -62,3 +62,43 @@ def test_a_host_with_twenty_times_its_window_is_crawled_exactly_once(cfg, fresh_
             f"{r['url_id']}:1" for r in pages)
     finally:
         job.stop()
+
+
+def test_a_virtual_clock_drives_the_frontier_timers_through_the_clock_stream(cfg, fresh_topics,
+                                                                             tmp_path):
+    # The same event-time path as the wall clock, fed from a topic: jump 400 s ahead
+    # and the unanswered robots.txt lease (valid 300 s) expires at once and is re-let.
+    disc, leases, comps, index, dlq, clock = fresh_topics(
+        "disc", "leases", "comps", "index", "dlq", "clock")
+    overrides = [f"topics.discovered.name={disc}", f"topics.leases.name={leases}",
+                 f"topics.completions.name={comps}", f"topics.index.name={index}",
+                 f"topics.deadletter.name={dlq}", "flink.checkpoint_interval_ms=1000",
+                 "flink.restart_strategy=none", f"frontier.clock_topic={clock}",
+                 "frontier.lease_timeout_s=300"]
+    job = JobProcess("frontier", overrides, tmp_path / "frontier.log")
+    job.start()
+    try:
+        producer = KafkaProducer(bootstrap_servers=cfg["kafka.bootstrap_servers"])
+        seed = {"host_key": HOST, "source": "SEED", "parent_url": None, "depth": 0,
+                "redirect_hops": 0, "discovered_at_ms": 0,
+                "links": [{"url": f"{HOST}/", "lastmod_ms": None, "priority": None}]}
+        producer.send(disc, REG.encode("discovered", seed), key=HOST.encode())
+        producer.flush()
+        lease_topic = Topic(cfg, leases)
+        (_, first), = lease_topic.wait("lease", lambda s: len(s) >= 1)
+        assert first["kind"] == "ROBOTS"
+        virtual_ms = first["issued_at_ms"] + 400_000
+
+        def ticked_until_relet(records) -> bool:
+            producer.send(clock, b"tick", timestamp_ms=virtual_ms)
+            producer.flush()
+            return len(records) >= 2
+
+        got = lease_topic.wait("lease", ticked_until_relet, timeout_s=60)
+        again = got[1][1]
+        assert again["kind"] == "ROBOTS" and again["lease_id"] != first["lease_id"]
+        # Re-let when the lease expired in virtual time (300 s), seconds of wall time later.
+        assert again["issued_at_ms"] >= first["expires_at_ms"]
+        assert again["expires_at_ms"] - again["issued_at_ms"] == 300_000
+    finally:
+        job.stop()

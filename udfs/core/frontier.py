@@ -119,6 +119,8 @@ class FrontierConfig:
     max_resident_urls: int = 20_000
     cold_bucket_s: float = 3600.0
     cache_urls: int = 2_000_000  # the frontier job's cache of live hosts, in URLs
+    clock_idle_ms: int = 1000  # the frontier job's crawl clock (see the defaults file)
+    clock_topic: str = ""
 
     @classmethod
     def from_config(cls, data: dict[str, Any]) -> FrontierConfig:
