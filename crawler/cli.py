@@ -25,6 +25,8 @@ examples:
   crawl run --max-pages 100      crawl the bundled synthetic web, with progress
   crawl seed https://example.com/ --set kafka.bootstrap_servers=broker:9092
   crawl schemas                  schema compatibility and the published-version lock
+  crawl cluster up               a Flink session cluster on loopback
+  crawl submit frontier          run a job on it; then savepoint / upgrade / rescale it
 """
 
 
@@ -45,6 +47,50 @@ def _cmd_local(args: argparse.Namespace) -> int:
             extra = f"  {st.detail}" if st.detail else ""
             print(f"{st.name:6} {state:22} {st.address}{extra}")
         return 0 if all(st.running for st in statuses) else 3
+    return 0
+
+
+def _cmd_cluster(args: argparse.Namespace) -> int:
+    from crawler.cluster import Cluster
+
+    cfg = load_config(args.config, overrides=args.set)
+    cluster = Cluster(cfg)
+    if args.action == "up":
+        cluster.up(args.taskmanagers or cfg["cluster.taskmanagers"])
+    elif args.action == "down":
+        cluster.down()
+    else:
+        statuses = cluster.status()
+        for st in statuses:
+            state = f"running (pid {st.pid})" if st.running else "stopped"
+            print(f"{st.name:14} {state:22} {st.address}")
+        overview = cluster.overview()
+        if overview:
+            print(f"slots {overview['slots-available']}/{overview['slots-total']} free, "
+                  f"jobs running {overview['jobs-running']}")
+        return 0 if statuses[0].running else 3
+    return 0
+
+
+def _cmd_job(args: argparse.Namespace) -> int:
+    """submit / savepoint / upgrade / rescale: the flink CLI on the session cluster."""
+    from crawler.cluster import Cluster
+
+    cfg = load_config(args.config, overrides=args.set)
+    cluster = Cluster(cfg)
+    job_args = [a for f in args.config for a in ("--config", f)] + \
+        [a for o in args.set for a in ("--set", o)]
+    if args.command == "submit":
+        jid = cluster.submit(args.job, job_args, parallelism=args.parallelism,
+                             savepoint=args.from_savepoint)
+        print(f"{args.job}: running as {jid}")
+    elif args.command == "savepoint":
+        print(f"{args.job}: savepoint {cluster.savepoint(args.job)}")
+    else:
+        parallelism = args.parallelism if args.command == "rescale" else None
+        path, jid = cluster.upgrade(args.job, job_args, parallelism=parallelism)
+        print(f"{args.job}: stopped with savepoint {path}; running as {jid}"
+              + (f" with parallelism {parallelism}" if parallelism else ""))
     return 0
 
 
@@ -186,6 +232,43 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--state-dir", metavar="DIR",
                    help="folder for data, logs and PID files (default: local.state_dir)")
     p.set_defaults(func=_cmd_local)
+
+    p = sub.add_parser("cluster", help="start, stop or inspect a local Flink session cluster",
+                       description="A standalone Flink session cluster (one JobManager, "
+                       "cluster.taskmanagers TaskManagers) on 127.0.0.1, from the apache-flink "
+                       "pip distribution, for the recovery procedures and their tests. State, "
+                       "logs, savepoints and PID files under <local.state_dir>/cluster. "
+                       "`status` exits 0 when the JobManager runs, 3 otherwise.")
+    p.add_argument("action", choices=["up", "down", "status"])
+    p.add_argument("--taskmanagers", type=int, metavar="N",
+                   help="TaskManagers to start (default: cluster.taskmanagers)")
+    p.set_defaults(func=_cmd_cluster)
+
+    jobs = ["frontier", "fetcher"]
+    p = sub.add_parser("submit", help="submit a job to the session cluster (flink run -d)",
+                       description="Run jobs/<job>.py detached on the cluster at "
+                       "cluster.rest_port (or FLINK_REST=host:port), with this command's "
+                       "--config and --set passed to the job.")
+    p.add_argument("job", choices=jobs)
+    p.add_argument("--parallelism", type=int, metavar="N")
+    p.add_argument("--from-savepoint", metavar="PATH", help="restore from this savepoint")
+    p.set_defaults(func=_cmd_job)
+    p = sub.add_parser("savepoint", help="take a savepoint of a running job (flink savepoint)",
+                       description="Trigger a savepoint of the running job into "
+                       "<local.state_dir>/cluster/savepoints and print its path.")
+    p.add_argument("job", choices=jobs)
+    p.set_defaults(func=_cmd_job)
+    p = sub.add_parser("upgrade", help="stop a job with a savepoint and resubmit it from it",
+                       description="flink stop --savepointPath, then flink run -s with the "
+                       "current code and this command's --config/--set: the upgrade path.")
+    p.add_argument("job", choices=jobs)
+    p.set_defaults(func=_cmd_job)
+    p = sub.add_parser("rescale", help="change a job's parallelism through a savepoint",
+                       description="As `upgrade`, resubmitting with parallelism N (keyed "
+                       "state is redistributed by key group; each host keeps one owner).")
+    p.add_argument("job", choices=jobs)
+    p.add_argument("parallelism", type=int)
+    p.set_defaults(func=_cmd_job)
 
     p = sub.add_parser("deps", help="download the Kafka broker and the Flink Kafka connector jar",
                        description="Fetch org.apache.kafka:kafka_2.13 with its runtime "

@@ -133,6 +133,10 @@ class _Service:
     def address(self) -> str:
         raise NotImplementedError
 
+    def env(self) -> dict[str, str] | None:
+        """The process's environment (None: this one's)."""
+        return None
+
     # Shared behaviour.
     def marker(self) -> str:
         return str(self.dir)
@@ -166,7 +170,7 @@ class _Service:
         self.prepare()
         with self.logfile.open("ab") as log:
             proc = subprocess.Popen(self.command(), stdout=log, stderr=subprocess.STDOUT,
-                                    stdin=subprocess.DEVNULL, cwd=self.dir,
+                                    stdin=subprocess.DEVNULL, cwd=self.dir, env=self.env(),
                                     start_new_session=True)
         self.pidfile.write_text(f"{proc.pid}\n")
         deadline = time.monotonic() + timeout_s

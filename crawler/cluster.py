@@ -1,0 +1,277 @@
+"""A standalone Flink session cluster on loopback, from the apache-flink pip distribution,
+and the job procedures an operator runs on any Flink cluster: submit, savepoint,
+upgrade (stop with a savepoint, resubmit the current code from it) and rescale.
+
+    crawl cluster up [--taskmanagers N] | down | status
+    crawl submit frontier|fetcher [--parallelism N] [--from-savepoint PATH]
+    crawl savepoint JOB | crawl upgrade JOB | crawl rescale JOB N
+
+Each procedure is the plain `flink` CLI command the README lists, run with this
+cluster's configuration; `FLINK_REST` (host:port) points them at another cluster.
+Every process binds to 127.0.0.1; PID files and logs live under
+<local.state_dir>/cluster. The JobManager and each TaskManager are services like
+the local Kafka broker (crawler/local.py): started in the foreground of their own
+process group, stopped by PID, never twice.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from crawler.local import LocalStack, ServiceStatus, StackError, _Service
+from udfs.config import Config
+
+JOB_NAMES = {"frontier": "crawl frontier", "fetcher": "crawl fetcher"}
+
+
+def pyflink_home() -> Path:
+    import pyflink
+
+    return Path(pyflink.__file__).resolve().parent
+
+
+class _FlinkService(_Service):
+    """A Flink process of the session cluster (shares the cluster's home and config)."""
+
+    def __init__(self, cluster: Cluster, name: str) -> None:
+        self.name = name
+        self.cluster = cluster
+        super().__init__(cluster.stack)
+        self.dir = cluster.root / name
+        self.pidfile = self.dir / f"{name}.pid"
+        self.logfile = self.dir / f"{name}.log"
+
+    def env(self) -> dict[str, str]:
+        return {**os.environ, **self.cluster.flink_env(self.dir)}
+
+    def address(self) -> str:
+        return f"http://{self.cluster.rest}"
+
+
+class JobManagerService(_FlinkService):
+    def ports(self) -> list[tuple[str, str, int]]:
+        return [("cluster.rest_port", "127.0.0.1", self.cluster.cfg["cluster.rest_port"]),
+                ("cluster.rpc_port", "127.0.0.1", self.cluster.cfg["cluster.rpc_port"])]
+
+    def command(self) -> list[str]:
+        return [str(pyflink_home() / "bin" / "jobmanager.sh"), "start-foreground"]
+
+    def ready(self) -> bool:
+        return self.cluster.overview() is not None
+
+
+class TaskManagerService(_FlinkService):
+    def __init__(self, cluster: Cluster, index: int) -> None:
+        super().__init__(cluster, f"taskmanager-{index}")
+        self.index = index
+
+    def ports(self) -> list[tuple[str, str, int]]:
+        return []  # RPC and data ports are picked free by Flink, on 127.0.0.1
+
+    def command(self) -> list[str]:
+        return [str(pyflink_home() / "bin" / "taskmanager.sh"), "start-foreground"]
+
+    def ready(self) -> bool:
+        overview = self.cluster.overview()
+        return overview is not None and overview["taskmanagers"] >= self.index + 1
+
+
+class Cluster:
+    def __init__(self, cfg: Config, stack: LocalStack | None = None) -> None:
+        self.cfg = cfg
+        self.stack = stack or LocalStack(cfg)
+        self.root = self.stack.state_dir / "cluster"
+        self.rest = os.environ.get("FLINK_REST") or f"127.0.0.1:{cfg['cluster.rest_port']}"
+        self.jobmanager = JobManagerService(self, "jobmanager")
+
+    # -- files ----------------------------------------------------------------------
+
+    def flink_env(self, log_dir: Path) -> dict[str, str]:
+        return {"FLINK_CONF_DIR": str(self.root / "conf"), "FLINK_LIB_DIR": str(self.root / "lib"),
+                "FLINK_LOG_DIR": str(log_dir), "FLINK_PID_DIR": str(log_dir),
+                "FLINK_HOME": str(pyflink_home())}
+
+    def prepare(self) -> None:
+        """conf/config.yaml (loopback only) and lib/ (the distribution's jars, plus
+        flink-python on the TaskManager classpath so that a second thread-mode job in
+        one TaskManager JVM loads on Java 17 — FLINK-37727, GUIDE section 2)."""
+        home = pyflink_home()
+        lib = self.root / "lib"
+        lib.mkdir(parents=True, exist_ok=True)
+        for jar in [*(home / "lib").glob("*.jar"), *(home / "opt").glob("flink-python-*.jar")]:
+            link = lib / jar.name
+            if not link.exists():
+                link.symlink_to(jar)
+        conf = self.root / "conf"
+        conf.mkdir(parents=True, exist_ok=True)
+        for f in (home / "conf").iterdir():
+            if f.name.startswith("log4j") or f.name.startswith("logback"):
+                (conf / f.name).write_bytes(f.read_bytes())
+        java_opts = _java_opts(home / "conf" / "config.yaml")
+        settings = {
+            "jobmanager.rpc.address": "127.0.0.1",
+            "jobmanager.rpc.port": self.cfg["cluster.rpc_port"],
+            "jobmanager.bind-host": "127.0.0.1",
+            "jobmanager.memory.process.size": f"{self.cfg['cluster.jobmanager_mb']}m",
+            "taskmanager.host": "127.0.0.1",
+            "taskmanager.bind-host": "127.0.0.1",
+            "taskmanager.numberOfTaskSlots": self.cfg["cluster.task_slots"],
+            "taskmanager.memory.process.size": f"{self.cfg['cluster.taskmanager_mb']}m",
+            "rest.address": "127.0.0.1",
+            "rest.bind-address": "127.0.0.1",
+            "rest.port": self.cfg["cluster.rest_port"],
+            "blob.server.port": "0",
+            # A killed TaskManager is noticed in seconds, not the default 50 s.
+            "heartbeat.interval": 2000,
+            "heartbeat.timeout": 10000,
+            "classloader.parent-first-patterns.additional": "pemja.",
+            "execution.checkpointing.savepoint-dir": self.savepoint_dir().as_uri(),
+            "env.java.opts.all": java_opts,
+        }
+        (conf / "config.yaml").write_text(
+            "".join(f"{k}: {json.dumps(v) if isinstance(v, str) else v}\n"
+                    for k, v in settings.items()))
+
+    def savepoint_dir(self) -> Path:
+        return (self.root / "savepoints").resolve()
+
+    # -- lifecycle ------------------------------------------------------------------
+
+    def taskmanagers(self, count: int | None = None) -> list[TaskManagerService]:
+        if count is None:  # the ones with a PID file
+            count = len(list(self.root.glob("taskmanager-*/taskmanager-*.pid")))
+        return [TaskManagerService(self, i) for i in range(count)]
+
+    def up(self, taskmanagers: int, log: Callable[[str], None] = print) -> None:
+        self.root.mkdir(parents=True, exist_ok=True)
+        self.prepare()
+        timeout = self.cfg["local.ready_timeout_s"]
+        log(self.jobmanager.start(timeout))
+        for tm in self.taskmanagers(taskmanagers):
+            log(tm.start(timeout))
+
+    def down(self, log: Callable[[str], None] = print) -> None:
+        for tm in reversed(self.taskmanagers()):
+            log(tm.stop())
+        log(self.jobmanager.stop())
+
+    def status(self) -> list[ServiceStatus]:
+        return [self.jobmanager.status(), *(tm.status() for tm in self.taskmanagers())]
+
+    # -- REST ---------------------------------------------------------------------------
+
+    def _get(self, path: str) -> dict | None:
+        try:
+            with urllib.request.urlopen(f"http://{self.rest}{path}", timeout=2) as r:
+                return json.loads(r.read())
+        except (OSError, ValueError):
+            return None
+
+    def overview(self) -> dict | None:
+        return self._get("/overview")
+
+    def running_job(self, job: str) -> str | None:
+        """The id of the running (or restarting) job named for `job`."""
+        jobs = (self._get("/jobs/overview") or {}).get("jobs", [])
+        live = [j for j in jobs if j["name"] == JOB_NAMES[job] and
+                j["state"] in ("RUNNING", "RESTARTING", "CREATED", "INITIALIZING")]
+        return live[0]["jid"] if live else None
+
+    def job_detail(self, jid: str) -> dict | None:
+        return self._get(f"/jobs/{jid}")
+
+    # -- procedures (the flink CLI) -----------------------------------------------------
+
+    def flink(self, *args: str, timeout_s: float = 600) -> str:
+        env = {**os.environ, **self.flink_env(self.root / "client")}
+        (self.root / "client").mkdir(parents=True, exist_ok=True)
+        proc = subprocess.run([str(pyflink_home() / "bin" / "flink"), *args], env=env,
+                              capture_output=True, text=True, timeout=timeout_s)
+        if proc.returncode != 0:
+            raise StackError(f"flink {' '.join(args[:2])} failed ({proc.returncode}):\n"
+                             f"{(proc.stdout + proc.stderr)[-3000:]}")
+        return proc.stdout
+
+    def submit(self, job: str, job_args: Sequence[str], *, parallelism: int | None = None,
+               savepoint: str | None = None) -> str:
+        """`flink run -d` of jobs/<job>.py with `job_args` (--config/--set); returns the
+        job id."""
+        if job not in JOB_NAMES:
+            raise StackError(f"no job {job!r}; jobs: {', '.join(JOB_NAMES)}")
+        if self.running_job(job):
+            raise StackError(f"{job} is already running ({self.running_job(job)}); "
+                             "use `crawl upgrade` or `crawl rescale`")
+        script = Path(__file__).resolve().parent.parent / "jobs" / f"{job}.py"
+        args = ["run", "-d", "-m", self.rest, "-pyclientexec", sys.executable,
+                "-pyexec", sys.executable]
+        if savepoint:
+            args += ["-s", savepoint]
+        extra = []
+        if parallelism:
+            args += ["-p", str(parallelism)]
+            extra = ["--set", f"flink.parallelism={parallelism}"]
+        args += ["-py", str(script), *job_args, *extra]
+        self.flink(*args)
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            jid = self.running_job(job)
+            if jid:
+                return jid
+            time.sleep(0.5)
+        raise StackError(f"{job} was submitted but is not running after 120 s")
+
+    def savepoint(self, job: str) -> str:
+        """`flink savepoint JOBID DIR`; returns the savepoint's path."""
+        jid = self._require(job)
+        out = self.flink("savepoint", "-m", self.rest, jid, self.savepoint_dir().as_uri())
+        return _savepoint_path(out)
+
+    def stop_with_savepoint(self, job: str) -> str:
+        """`flink stop --savepointPath DIR JOBID`; returns the savepoint's path."""
+        jid = self._require(job)
+        out = self.flink("stop", "-m", self.rest, "--savepointPath",
+                         self.savepoint_dir().as_uri(), jid)
+        return _savepoint_path(out)
+
+    def upgrade(self, job: str, job_args: Sequence[str], parallelism: int | None = None
+                ) -> tuple[str, str]:
+        """Stop with a savepoint and resubmit the current code from it: (savepoint, new id).
+        The job keeps its parallelism unless `parallelism` is given (a rescale)."""
+        if parallelism is None:
+            detail = self.job_detail(self._require(job)) or {}
+            parallelism = max((v["parallelism"] for v in detail.get("vertices", [])),
+                              default=None)
+        path = self.stop_with_savepoint(job)
+        deadline = time.monotonic() + 60
+        while self.running_job(job) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        return path, self.submit(job, job_args, parallelism=parallelism, savepoint=path)
+
+    def _require(self, job: str) -> str:
+        jid = self.running_job(job)
+        if jid is None:
+            raise StackError(f"{job} is not running on {self.rest}")
+        return jid
+
+
+def _savepoint_path(cli_output: str) -> str:
+    for line in cli_output.splitlines():
+        for marker in ("Savepoint completed. Path: ", "Savepoint stored in "):
+            if marker in line:
+                return line.split(marker, 1)[1].strip().rstrip(".")
+    raise StackError(f"no savepoint path in the flink CLI's output:\n{cli_output[-2000:]}")
+
+
+def _java_opts(config_yaml: Path) -> str:
+    """The distribution's JVM options (Java 17 --add-opens), kept as they are."""
+    import yaml
+
+    data = yaml.safe_load(config_yaml.read_text()) or {}
+    return str(((data.get("env") or {}).get("java") or {}).get("opts", {}).get("all", ""))
