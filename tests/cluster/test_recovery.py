@@ -1,10 +1,10 @@
 """Recovery on a real Flink session cluster (crawl cluster), mid-crawl of the synthetic
-web: kill -9 of the TaskManager running the frontier, a savepoint upgrade of the
-frontier, and a rescale of the frontier from 1 to 2 — the procedures `crawl
-upgrade` / `crawl rescale` run. Afterwards: every reachable allowed page indexed,
-no (url_id, url_version) indexed twice, 0 politeness violations across the
-disruptions, and no host left waiting on a timer that never fired (the last pages
-arrive after the last disruption)."""
+web: kill -9 of the TaskManager running the frontier, then of the one running the
+fetcher, a savepoint upgrade of the frontier and a rescale of the frontier from 1 to
+2 — the procedures `crawl upgrade` / `crawl rescale` run. Afterwards: every reachable
+allowed page indexed, no (url_id, url_version) indexed twice, 0 politeness
+violations across the disruptions, and no host left waiting on a timer that never
+fired (the last pages arrive after the last disruption)."""
 
 from __future__ import annotations
 
@@ -83,14 +83,16 @@ def test_crawl_survives_kill_9_savepoint_upgrade_and_rescale(cfg, fresh_topics, 
                 assert time.monotonic() < deadline, f"stuck at {indexed()} of {len(expected)}"
                 time.sleep(1)
 
-        wait_for(0.2)
-        pid = taskmanager_pid(cluster, "frontier")
-        os.kill(pid, signal.SIGKILL)
-        disruptions.append(f"kill -9 taskmanager pid {pid} at {indexed()} pages")
-        replacement = [tm for tm in cluster.taskmanagers() if tm.pid() is None][0]
-        replacement.start(120)  # capacity back, as an operator would
-        wait_running(cluster, "frontier")
-        wait_running(cluster, "fetcher")
+        for fraction, job in ((0.2, "frontier"), (0.3, "fetcher")):
+            wait_for(fraction)
+            pid = taskmanager_pid(cluster, job)
+            os.kill(pid, signal.SIGKILL)
+            disruptions.append(f"kill -9 of the {job}'s taskmanager (pid {pid}) "
+                               f"at {indexed()} pages")
+            replacement = [tm for tm in cluster.taskmanagers() if tm.pid() is None][0]
+            replacement.start(120)  # capacity back, as an operator would
+            wait_running(cluster, "frontier")
+            wait_running(cluster, "fetcher")
 
         wait_for(0.45)
         savepoint, _ = cluster.upgrade("frontier", job_args)
