@@ -3,14 +3,11 @@
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
-import sys
 import time
 
 from kafka import KafkaConsumer, KafkaProducer
 
+from crawler.run import JobProcess
 from crawler.synthetic_web import SyntheticWeb, build_sites
 from udfs.avro import registry
 from udfs.core.fingerprints import url_id
@@ -51,10 +48,9 @@ def test_fetcher_job_fetches_stores_and_reports(cfg, fresh_topics, tmp_path):
                  "fetch.allowed_networks=[127.0.0.0/8]",
                  f"fetch.static_hosts=[{','.join(web.static_hosts())}]",
                  f"storage.local_dir={tmp_path / 'objects'}"]
-    job = subprocess.Popen([sys.executable, "-m", "jobs.fetcher",
-                            *[a for o in overrides for a in ("--set", o)]],
-                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                           start_new_session=True)
+    # Its own process group, output to a log file (a pipe nobody reads could fill up).
+    job = JobProcess("fetcher", overrides, tmp_path / "fetcher.log")
+    job.start()
     try:
         site = next(s for s in web.site_list if s.robots == "rules")
         hk = web.host_key(site)
@@ -84,10 +80,5 @@ def test_fetcher_job_fetches_stores_and_reports(cfg, fresh_topics, tmp_path):
         # Only loopback was contacted, and only for the two live leases.
         assert sorted(r.path for r in web.log) == ["/p/0", "/robots.txt"]
     finally:
-        os.killpg(job.pid, signal.SIGTERM)
-        try:
-            job.wait(30)
-        except subprocess.TimeoutExpired:
-            os.killpg(job.pid, signal.SIGKILL)
-            job.wait(10)
+        job.stop()
         web.stop()

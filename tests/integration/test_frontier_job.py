@@ -4,14 +4,11 @@ dead letters for what cannot be read."""
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
-import sys
 import time
 
 from kafka import KafkaConsumer, KafkaProducer
 
+from crawler.run import JobProcess
 from udfs.avro import load_examples, registry
 
 REG = registry()
@@ -44,17 +41,16 @@ def completion_for(lease, **fields):
             "fetched_at_ms": int(time.time() * 1000), **fields}
 
 
-def test_frontier_job_end_to_end_on_kafka(cfg, fresh_topics):
+def test_frontier_job_end_to_end_on_kafka(cfg, fresh_topics, tmp_path):
     disc, leases, comps, index, dlq = fresh_topics("disc", "leases", "comps", "index", "dlq",
                                                    partitions=2)
     overrides = [f"topics.discovered.name={disc}", f"topics.leases.name={leases}",
                  f"topics.completions.name={comps}", f"topics.index.name={index}",
                  f"topics.deadletter.name={dlq}", "flink.checkpoint_interval_ms=1000",
                  "flink.restart_strategy=none", "politeness.min_gap_s=0.2"]
-    job = subprocess.Popen([sys.executable, "-m", "jobs.frontier",
-                            *[a for o in overrides for a in ("--set", o)]],
-                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                           start_new_session=True)
+    # Its own process group, output to a log file (a pipe nobody reads could fill up).
+    job = JobProcess("frontier", overrides, tmp_path / "frontier.log")
+    job.start()
     try:
         producer = KafkaProducer(bootstrap_servers=cfg["kafka.bootstrap_servers"])
         for host in HOSTS:
@@ -120,9 +116,4 @@ def test_frontier_job_end_to_end_on_kafka(cfg, fresh_topics):
         assert all(f in ids for f in flags if f is not None)
         assert all(f != rec["url_id"] for (_, rec), f in zip(events, flags, strict=True))
     finally:
-        os.killpg(job.pid, signal.SIGTERM)
-        try:
-            job.wait(30)
-        except subprocess.TimeoutExpired:
-            os.killpg(job.pid, signal.SIGKILL)
-            job.wait(10)
+        job.stop()

@@ -11,7 +11,6 @@ from dataclasses import replace
 import aiohttp
 import pytest
 
-from crawler.synthetic_web import SyntheticWeb, build_sites
 from udfs.core.addresses import AddressPolicy
 from udfs.core.fetching import DnsCache, FetchLimits
 from udfs.core.frontier import Kind, Outcome
@@ -20,14 +19,6 @@ from udfs.fetch_client import GuardedResolver, fetch, make_session
 UA = "FlinkCrawler"
 LIMITS = replace(FetchLimits(), read_timeout_s=1.0, total_timeout_s=5.0,
                  max_body_bytes=2 * 1024 * 1024, max_decompressed_bytes=4 * 1024 * 1024)
-
-
-@pytest.fixture(scope="module")
-def web():
-    server = SyntheticWeb(build_sites(14, seed=2))
-    server.start()
-    yield server
-    server.stop()
 
 
 def loopback_cache(web, networks=("127.0.0.0/8",)) -> DnsCache:

@@ -6,9 +6,6 @@ from __future__ import annotations
 import asyncio
 from dataclasses import replace
 
-import pytest
-
-from crawler.synthetic_web import SyntheticWeb, build_sites
 from udfs.avro import registry
 from udfs.core.addresses import AddressPolicy
 from udfs.core.fetching import DnsCache, FetchLimits
@@ -19,14 +16,6 @@ from udfs.storage import LocalStore
 
 LIMITS = replace(FetchLimits(), read_timeout_s=1.0, total_timeout_s=5.0)
 REG = registry()
-
-
-@pytest.fixture(scope="module")
-def web():
-    server = SyntheticWeb(build_sites(14, seed=2))
-    server.start()
-    yield server
-    server.stop()
 
 
 def lease(url, host_key, kind="PAGE", depth=0):

@@ -7,17 +7,7 @@ from __future__ import annotations
 import gzip
 import time
 
-import pytest
-
 from crawler.synthetic_web import SyntheticWeb, build_sites
-
-
-@pytest.fixture(scope="module")
-def web():
-    server = SyntheticWeb(build_sites(14, seed=2))
-    server.start()
-    yield server
-    server.stop()
 
 
 def _get(web, site, path, headers=None):
