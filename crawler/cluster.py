@@ -167,7 +167,7 @@ class Cluster:
 
     # -- REST ---------------------------------------------------------------------------
 
-    def _get(self, path: str) -> dict | None:
+    def get_json(self, path: str) -> dict | None:
         try:
             with urllib.request.urlopen(f"http://{self.rest}{path}", timeout=2) as r:
                 return json.loads(r.read())
@@ -175,17 +175,17 @@ class Cluster:
             return None
 
     def overview(self) -> dict | None:
-        return self._get("/overview")
+        return self.get_json("/overview")
 
     def running_job(self, job: str) -> str | None:
         """The id of the running (or restarting) job named for `job`."""
-        jobs = (self._get("/jobs/overview") or {}).get("jobs", [])
+        jobs = (self.get_json("/jobs/overview") or {}).get("jobs", [])
         live = [j for j in jobs if j["name"] == JOB_NAMES[job] and
                 j["state"] in ("RUNNING", "RESTARTING", "CREATED", "INITIALIZING")]
         return live[0]["jid"] if live else None
 
     def job_detail(self, jid: str) -> dict | None:
-        return self._get(f"/jobs/{jid}")
+        return self.get_json(f"/jobs/{jid}")
 
     # -- procedures (the flink CLI) -----------------------------------------------------
 

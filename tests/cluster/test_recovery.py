@@ -28,7 +28,7 @@ def taskmanager_pid(cluster: Cluster, job: str) -> int:
     ResourceID each TaskManager logs at start)."""
     jid = cluster.running_job(job)
     vertex = cluster.job_detail(jid)["vertices"][0]["id"]
-    placed = cluster._get(f"/jobs/{jid}/vertices/{vertex}/taskmanagers")["taskmanagers"]
+    placed = cluster.get_json(f"/jobs/{jid}/vertices/{vertex}/taskmanagers")["taskmanagers"]
     resource = placed[0]["taskmanager-id"]
     for tm in cluster.taskmanagers():
         if tm.pid() is not None and f"ResourceID: {resource}" in tm.logfile.read_text():
