@@ -64,6 +64,14 @@ def _bootstrap(v: str) -> str | None:
     return None
 
 
+def _regex(v: str) -> str | None:
+    try:
+        re.compile(v)
+    except re.error as exc:
+        return f"must be a regular expression ({exc})"
+    return None
+
+
 def _endpoint(v: str) -> str | None:
     if v == "":
         return None
@@ -173,6 +181,9 @@ _RULES: dict[str, Callable[[Any], str | None]] = {
     "fetch.dns_ttl_min_s": _between(0, 86400),
     "fetch.dns_ttl_max_s": _between(0, 86400 * 7),
     "fetch.dns_negative_ttl_s": _between(0, 86400),
+    "faults.crash_after_response": _regex,
+    "faults.drop_completion": _regex,
+    "faults.parse_delay_s": _between(0, 60),
     "storage.backend": _one_of("local", "s3"),
     "storage.local_dir": lambda v: None if v else "must not be empty",
     "s3.endpoint_url": _endpoint,

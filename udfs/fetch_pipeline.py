@@ -26,6 +26,7 @@ from udfs.core.frontier import Kind, Outcome
 from udfs.core.parse import group_by_host, parse_html
 from udfs.core.sitemaps import parse_sitemap
 from udfs.core.urls import normalize_url
+from udfs.faults import FaultInjector
 from udfs.fetch_client import fetch
 from udfs.storage import ObjectStore
 
@@ -38,6 +39,7 @@ class FetchContext:
     user_agent: str
     clock_ms: Callable[[], int] = lambda: int(time.time() * 1000)
     max_links: int = 5000
+    faults: FaultInjector | None = None
 
 
 def _discovered(host_key: str, source: str, parent: str, depth: int, now_ms: int,
@@ -92,6 +94,8 @@ async def process_lease(lease: dict[str, Any], ctx: FetchContext
     # A page: keep the raw bytes (blocking I/O off the event loop), then parse.
     sha, key, _ = await asyncio.get_running_loop().run_in_executor(None, ctx.store.put_body,
                                                                    body)
+    if ctx.faults is not None:
+        ctx.faults.stall_parse()
     page = parse_html(body, url, headers=h, user_agent=ctx.user_agent,
                       max_links=ctx.max_links)
     completion.update({

@@ -5,10 +5,12 @@ Each lease becomes zero or more Row(dest, key, value): dest "C" a completion
 dead letter. The aiohttp session is made on the first call, inside the
 operator's event loop.
 
-Two guards keep politeness when the frontier cannot know: a lease that has
-expired is not fetched (the frontier has re-let it or will), and a host that
+Three guards keep politeness when the frontier cannot know: a lease that has
+expired is not fetched (the frontier has re-let it or will); a host that
 answered 429 with Retry-After is not contacted again from this fetcher until
-the wait is over (a lost completion must not lead to an early request).
+the wait is over (a lost completion must not lead to an early request); and
+after a task restart, a lease issued before the restart is not fetched
+(`replayed_lease`).
 """
 
 from __future__ import annotations
@@ -27,9 +29,19 @@ from udfs.core.addresses import AddressPolicy
 from udfs.core.fetching import DnsCache, FetchLimits
 from udfs.core.politeness import parse_retry_after
 from udfs.deadletter import dead_letter
+from udfs.faults import FaultInjector
 
 FETCH_OUTPUT = Types.ROW_NAMED(["dest", "key", "value"], [
     Types.STRING(), Types.PRIMITIVE_ARRAY(Types.BYTE()), Types.PRIMITIVE_ARRAY(Types.BYTE())])
+
+
+def replayed_lease(lease: dict[str, Any], restarted_at_ms: int | None) -> bool:
+    """A lease issued before this task restarted: the failed task may have sent its
+    request already, and sending it again now could come sooner after that one than the
+    host's gap (a Crawl-delay of 30 s against a restart of a few seconds). It is left to
+    expire; the frontier re-lets it with the gap respected. Costs one lease timeout of
+    delay for the URLs in flight at a crash; nothing is lost."""
+    return restarted_at_ms is not None and lease["issued_at_ms"] < restarted_at_ms
 
 
 class FetchFunction(AsyncFunction):
@@ -50,6 +62,11 @@ class FetchFunction(AsyncFunction):
                               dict(e.split("=", 1) for e in cfg["fetch.static_hosts"]))
         self.session = None
         self.blocked_until: dict[str, float] = {}  # host_key → epoch seconds
+        self.faults = FaultInjector.from_config(cfg["faults"])
+        # A restarted task (attempt > 0) replays the leases read since the last
+        # checkpoint; it may already have fetched them just before it failed.
+        self.restarted_at_ms = int(time.time() * 1000) \
+            if runtime_context.get_attempt_number() > 0 else None
 
     async def _session(self):
         if self.session is None:
@@ -71,6 +88,8 @@ class FetchFunction(AsyncFunction):
             lease = self.reg.decode("lease", raw)
         except AvroDecodeError as exc:
             return [self._dead(raw, str(exc), type(exc).__name__)]
+        if replayed_lease(lease, self.restarted_at_ms):
+            return []  # the frontier re-lets it at expiry, with the host's gap respected
         host = lease["host_key"]
         wait = self.blocked_until.get(host, 0.0) - time.time()
         if wait > 0:
@@ -80,13 +99,18 @@ class FetchFunction(AsyncFunction):
             return []  # expired (or about to): the frontier re-lets it
         limits = self.limits if remaining > self.limits.total_timeout_s + 1 else \
             replace(self.limits, total_timeout_s=remaining - 1.0)
-        ctx = FetchContext(await self._session(), self.store, limits, self.user_agent)
+        ctx = FetchContext(await self._session(), self.store, limits, self.user_agent,
+                           faults=self.faults)
         completion, discovered = await process_lease(lease, ctx)
+        if self.faults is not None:
+            self.faults.after_response(lease["url"])
         if completion["http_status"] == 429:
             until = parse_retry_after(completion["retry_after"], time.time())
             if until is not None:
                 self.blocked_until[host] = max(self.blocked_until.get(host, 0.0), until)
         out = [Row("C", host.encode(), self.reg.encode("completion", completion, check=False))]
+        if self.faults is not None and self.faults.drops_completion(lease["url"]):
+            out = []
         out += [Row("D", d["host_key"].encode(), self.reg.encode("discovered", d, check=False))
                 for d in discovered]
         return out
