@@ -17,6 +17,7 @@ tests drive the same rules, and a clock topic drives the job itself.
 
 from __future__ import annotations
 
+import logging
 import pickle
 import time
 from collections import OrderedDict
@@ -39,6 +40,8 @@ from udfs.frontier_io import (
     ms,
 )
 from udfs.runtime import ROW_KEY_VALUE
+
+log = logging.getLogger(__name__)
 
 HOST_INPUT = Types.ROW_NAMED(["host_key", "kind", "payload"],
                              [Types.STRING(), Types.STRING(), Types.PICKLED_BYTE_ARRAY()])
@@ -124,6 +127,12 @@ class FrontierFunction(KeyedProcessFunction):
         self.segments = ctx.get_map_state(MapStateDescriptor("cold", Types.STRING(), bytes_))
         self.cache: OrderedDict[str, HostFrontier] = OrderedDict()
         self.cached_urls = 0  # URLs held by the cached hosts
+        # Hosts restored from state written by a build that lacked some of this
+        # build's fields (a savepoint upgrade that added one): a metric, and a log
+        # line per distinct set of added fields.
+        self.restored_with_added = ctx.get_metrics_group().counter(
+            "hosts_restored_with_added_fields")
+        self.added_reported: set[frozenset[str]] = set()
 
     # -- state ----------------------------------------------------------------------
 
@@ -135,6 +144,12 @@ class FrontierFunction(KeyedProcessFunction):
         h = HostFrontier.load(key, self.host_state.value(), self.cfg, self.url_state,
                               self.resident, self.segments, self.url_state.items,
                               self.resident.keys)
+        if h.added_fields:
+            self.restored_with_added.inc()
+            if h.added_fields not in self.added_reported:
+                self.added_reported.add(h.added_fields)
+                log.warning("host state of %s was written by a build without the fields "
+                            "%s; they took their defaults", key, ", ".join(sorted(h.added_fields)))
         self.cache[key] = h
         self.cached_urls += len(h.urls)
         return h

@@ -504,9 +504,16 @@ def test_host_state_is_plain_data_by_field_name_and_survives_added_and_retired_f
     saved["in_flight"][lease.lease_id]["retired"] = "x"
     del saved["in_flight"][lease.lease_id]["last_modified"]
     urls = h.snapshot()["urls"]
+    del saved["backoff_exponent"]  # a top-level field added since: a new host's value
+    saved["retired_top_level"] = [1, 2]
     r = HostFrontier.restore({**saved, "urls": urls}, CFG)
     assert r.policy.policy_version == 0 and r.robots.retry_at == 0.0
+    assert r.backoff_exponent == 0
+    assert r.added_fields == {"policy.policy_version", "robots.retry_at",
+                              "in_flight.last_modified", "backoff_exponent"}
     assert r.in_flight[lease.lease_id].url == lease.url  # the lease in flight survived
     assert r.next_allowed_at == h.next_allowed_at and r.check_invariants() == []
     done = r.complete(ok(r.in_flight[lease.lease_id]), t + 1)
     assert done.verdict is Acceptance.ACCEPTED
+    # State written by this very code restores with nothing added.
+    assert HostFrontier.restore(h.snapshot(), CFG).added_fields == frozenset()

@@ -261,6 +261,9 @@ class HostFrontier:
         self._resident_removed: set[str] = set()
         self._cold_index: dict[str, Any] | None = None
         self._last_room_scan = float("-inf")
+        # Fields this code has that the restored state did not (added since it was
+        # written; they took their defaults): the operator reports them.
+        self.added_fields: frozenset[str] = frozenset()
 
     # -- policy ---------------------------------------------------------------
 
@@ -775,17 +778,27 @@ class HostFrontier:
 
     @classmethod
     def restore(cls, snap: dict[str, Any], cfg: FrontierConfig) -> HostFrontier:
-        """Rebuild a host from a snapshot; the queue is derived from the URL states."""
-        h = cls(snap["host_key"], cfg, policy=_from_fields(HostPolicy, snap["policy"]))
-        h.robots = _from_fields(RobotsState, snap["robots"])
+        """Rebuild a host from a snapshot; the queue is derived from the URL states.
+
+        State written by other code restores: a field added since (at the top level or
+        in a record) takes the value a new host has, a retired one is ignored; the added
+        ones are listed in `added_fields`."""
+        h = cls(snap["host_key"], cfg)
+        fresh = h.host_state()
+        added = {k for k in fresh if k not in snap}
+        snap = {**fresh, **snap}
+        h.policy = _from_fields(HostPolicy, snap["policy"], added, "policy")
+        h.robots = _from_fields(RobotsState, snap["robots"], added, "robots")
         h.robots_version = snap["robots_version"]
-        h.robots_lease = _from_fields(Lease, snap["robots_lease"])
+        h.robots_lease = _from_fields(Lease, snap["robots_lease"], added, "robots_lease")
         h.robots_follow = snap["robots_follow"]
         h._robots_hops = snap["robots_hops"]
         h.next_allowed_at, h.backoff_until = snap["next_allowed_at"], snap["backoff_until"]
         h.backoff_exponent, h.allowance = snap["backoff_exponent"], snap["allowance"]
-        h.in_flight = {k: _from_fields(Lease, v) for k, v in snap["in_flight"].items()}
-        h.budget = replace(_from_fields(DailyBudget, snap["budget"]))
+        h.in_flight = {k: _from_fields(Lease, v, added, "in_flight")
+                       for k, v in snap["in_flight"].items()}
+        h.budget = replace(_from_fields(DailyBudget, snap["budget"], added, "budget"))
+        h.added_fields = frozenset(added)
         templates = snap["templates"]
         if isinstance(templates, TemplateBudget):  # written before field-named state
             templates = {"day": templates.day, "counts": templates.counts}
@@ -874,12 +887,16 @@ def _fields_of(record: Any) -> dict[str, Any]:
     return {f.name: getattr(record, f.name) for f in fields(record)}
 
 
-def _from_fields(cls: type, saved: Any) -> Any:
+def _from_fields(cls: type, saved: Any, added: set[str] | None = None, where: str = ""
+                 ) -> Any:
     """Rebuild a record saved by field name: unknown (retired) fields are ignored, missing
-    (added) ones take their defaults. A record pickled whole by older code passes as is."""
+    (added) ones take their defaults and are noted in `added` as "where.name". A record
+    pickled whole by older code passes as is."""
     if saved is None or isinstance(saved, cls):
         return saved
     names = {f.name for f in fields(cls)}
+    if added is not None:
+        added.update(f"{where}.{n}" for n in names if n not in saved)
     return cls(**{k: v for k, v in saved.items() if k in names})
 
 
