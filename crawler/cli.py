@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 from udfs.config import ConfigError, load_config
 
@@ -82,13 +83,14 @@ def _cmd_job(args: argparse.Namespace) -> int:
         [a for o in args.set for a in ("--set", o)]
     if args.command == "submit":
         jid = cluster.submit(args.job, job_args, parallelism=args.parallelism,
-                             savepoint=args.from_savepoint)
+                             savepoint=args.from_savepoint, build=args.build)
         print(f"{args.job}: running as {jid}")
     elif args.command == "savepoint":
         print(f"{args.job}: savepoint {cluster.savepoint(args.job)}")
     else:
         parallelism = args.parallelism if args.command == "rescale" else None
-        path, jid = cluster.upgrade(args.job, job_args, parallelism=parallelism)
+        path, jid = cluster.upgrade(args.job, job_args, parallelism=parallelism,
+                                    build=getattr(args, "build", None))
         print(f"{args.job}: stopped with savepoint {path}; running as {jid}"
               + (f" with parallelism {parallelism}" if parallelism else ""))
     return 0
@@ -211,6 +213,10 @@ def _cmd_run(args: argparse.Namespace) -> int:
                args.state_dir)
 
 
+BUILD_HELP = ("run another build of the code: a directory with jobs/, udfs/ and schemas/ "
+              "(default: this checkout)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="crawl", description=_DESCRIPTION, epilog=_EPILOG,
@@ -252,6 +258,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("job", choices=jobs)
     p.add_argument("--parallelism", type=int, metavar="N")
     p.add_argument("--from-savepoint", metavar="PATH", help="restore from this savepoint")
+    p.add_argument("--build", type=Path, metavar="DIR", help=BUILD_HELP)
     p.set_defaults(func=_cmd_job)
     p = sub.add_parser("savepoint", help="take a savepoint of a running job (flink savepoint)",
                        description="Trigger a savepoint of the running job into "
@@ -262,6 +269,7 @@ def build_parser() -> argparse.ArgumentParser:
                        description="flink stop --savepointPath, then flink run -s with the "
                        "current code and this command's --config/--set: the upgrade path.")
     p.add_argument("job", choices=jobs)
+    p.add_argument("--build", type=Path, metavar="DIR", help=BUILD_HELP)
     p.set_defaults(func=_cmd_job)
     p = sub.add_parser("rescale", help="change a job's parallelism through a savepoint",
                        description="As `upgrade`, resubmitting with parallelism N (keyed "

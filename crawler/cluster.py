@@ -4,7 +4,7 @@ upgrade (stop with a savepoint, resubmit the current code from it) and rescale.
 
     crawl cluster up [--taskmanagers N] | down | status
     crawl submit frontier|fetcher [--parallelism N] [--from-savepoint PATH]
-    crawl savepoint JOB | crawl upgrade JOB | crawl rescale JOB N
+    crawl savepoint JOB | crawl upgrade JOB [--build DIR] | crawl rescale JOB N
 
 Each procedure is the plain `flink` CLI command the README lists, run with this
 cluster's configuration; `FLINK_REST` (host:port) points them at another cluster.
@@ -189,8 +189,11 @@ class Cluster:
 
     # -- procedures (the flink CLI) -----------------------------------------------------
 
-    def flink(self, *args: str, timeout_s: float = 600) -> str:
+    def flink(self, *args: str, timeout_s: float = 600, build: Path | None = None) -> str:
         env = {**os.environ, **self.flink_env(self.root / "client")}
+        if build is not None:  # the job's client imports this build's packages first
+            env["PYTHONPATH"] = os.pathsep.join(
+                [str(build), *filter(None, [os.environ.get("PYTHONPATH")])])
         (self.root / "client").mkdir(parents=True, exist_ok=True)
         proc = subprocess.run([str(pyflink_home() / "bin" / "flink"), *args], env=env,
                               capture_output=True, text=True, timeout=timeout_s)
@@ -200,15 +203,21 @@ class Cluster:
         return proc.stdout
 
     def submit(self, job: str, job_args: Sequence[str], *, parallelism: int | None = None,
-               savepoint: str | None = None) -> str:
+               savepoint: str | None = None, build: Path | None = None) -> str:
         """`flink run -d` of jobs/<job>.py with `job_args` (--config/--set); returns the
-        job id."""
+        job id. `build`: a directory holding another build of the code (jobs/, udfs/,
+        schemas/) to run instead of this one; its job script is submitted and its
+        packages come first on the Python path (the client's, and the workers' through
+        python.pythonpath, which udfs.runtime derives from where it was imported)."""
         if job not in JOB_NAMES:
             raise StackError(f"no job {job!r}; jobs: {', '.join(JOB_NAMES)}")
         if self.running_job(job):
             raise StackError(f"{job} is already running ({self.running_job(job)}); "
                              "use `crawl upgrade` or `crawl rescale`")
-        script = Path(__file__).resolve().parent.parent / "jobs" / f"{job}.py"
+        root = build.resolve() if build else Path(__file__).resolve().parent.parent
+        script = root / "jobs" / f"{job}.py"
+        if not script.is_file():
+            raise StackError(f"no {script}: --build must hold jobs/, udfs/ and schemas/")
         args = ["run", "-d", "-m", self.rest, "-pyclientexec", sys.executable,
                 "-pyexec", sys.executable]
         if savepoint:
@@ -218,7 +227,7 @@ class Cluster:
             args += ["-p", str(parallelism)]
             extra = ["--set", f"flink.parallelism={parallelism}"]
         args += ["-py", str(script), *job_args, *extra]
-        self.flink(*args)
+        self.flink(*args, build=build)
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
             jid = self.running_job(job)
@@ -240,10 +249,11 @@ class Cluster:
                          self.savepoint_dir().as_uri(), jid)
         return _savepoint_path(out)
 
-    def upgrade(self, job: str, job_args: Sequence[str], parallelism: int | None = None
-                ) -> tuple[str, str]:
-        """Stop with a savepoint and resubmit the current code from it: (savepoint, new id).
-        The job keeps its parallelism unless `parallelism` is given (a rescale)."""
+    def upgrade(self, job: str, job_args: Sequence[str], parallelism: int | None = None,
+                build: Path | None = None) -> tuple[str, str]:
+        """Stop with a savepoint and resubmit the current code (or `build`) from it:
+        (savepoint, new id). The job keeps its parallelism unless `parallelism` is given
+        (a rescale)."""
         if parallelism is None:
             detail = self.job_detail(self._require(job)) or {}
             parallelism = max((v["parallelism"] for v in detail.get("vertices", [])),
@@ -252,7 +262,8 @@ class Cluster:
         deadline = time.monotonic() + 60
         while self.running_job(job) and time.monotonic() < deadline:
             time.sleep(0.5)
-        return path, self.submit(job, job_args, parallelism=parallelism, savepoint=path)
+        return path, self.submit(job, job_args, parallelism=parallelism, savepoint=path,
+                                 build=build)
 
     def _require(self, job: str) -> str:
         jid = self.running_job(job)

@@ -113,7 +113,7 @@ class Progress:
 class Watcher:
     """Reads the index, lease and completion topics from the start (committed data only)."""
 
-    def __init__(self, cfg: Config) -> None:
+    def __init__(self, cfg: Config, keep_leases: bool = False) -> None:
         from kafka import KafkaConsumer
 
         self.reg = registry()
@@ -125,6 +125,8 @@ class Watcher:
             isolation_level="read_committed", consumer_timeout_ms=200)
         self.progress = Progress()
         self.events: list[dict] = []
+        self.keep_leases = keep_leases
+        self.leases: list[dict] = []  # in topic order per partition, if keep_leases
 
     def poll(self) -> Progress:
         p = self.progress
@@ -138,6 +140,8 @@ class Watcher:
             elif schema == "lease":
                 p.leases += 1
                 p.hosts.add(rec["host_key"])
+                if self.keep_leases:
+                    self.leases.append(rec)
             else:
                 p.completions += 1
                 p.outcomes[rec["outcome"]] = p.outcomes.get(rec["outcome"], 0) + 1
