@@ -1,6 +1,7 @@
 """The frontier job alone on Kafka: leases per second with fetches short-circuited.
 
     python bench/bench_frontier_job.py [--hosts 2000] [--urls 100] [--seconds 90]
+                                       [--backends hashmap,rocksdb]
 
 The real frontier job (MiniCluster, thread mode, keyed state, exactly-once Kafka
 sinks) against a stand-in fetcher in this process that answers every lease at once:
@@ -9,7 +10,9 @@ robots.txt with "allow all", pages with 200 and no links. Seeds: --hosts hosts w
 figure is the frontier's own rate, not the hosts' allowance; leases still reach the
 stand-in only when a checkpoint commits (read_committed), so the checkpoint interval
 paces each host. Figures: leases/s over the measured window, and completions the
-frontier accepted (from the index topic). Needs the local stack (`./dev up`).
+frontier accepted (from the index topic), per state backend, one after the other
+in the same run (the ratio is the figure to trust on a noisy machine; RocksDB is
+incremental). Needs the local stack (`./dev up`).
 """
 
 from __future__ import annotations
@@ -57,18 +60,15 @@ def answer(lease: dict, base: dict) -> dict:
     return done
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--hosts", type=int, default=2000)
-    ap.add_argument("--urls", type=int, default=100)
-    ap.add_argument("--seconds", type=int, default=90)
-    args = ap.parse_args()
+def measure(hosts: int, urls: int, seconds: int, backend: str) -> dict[str, float]:
+    """One run of the frontier job on fresh topics with `backend`; its figures."""
     base_cfg = load_config(env={})
     tag = uuid.uuid4().hex[:8]
     overrides = [f"topics.{k}.name=bench-{tag}.{base_cfg.topic(k)}" for k in TOPIC_KEYS]
     overrides += ["politeness.min_gap_s=0", "politeness.max_in_flight=8",
                   "politeness.duration_factor=0", "flink.checkpoint_interval_ms=1000",
-                  "flink.restart_strategy=none"]
+                  "flink.restart_strategy=none", f"flink.state_backend={backend}",
+                  f"flink.checkpoint_dir={Path(tempfile.gettempdir()) / ('bench-cp-' + tag)}"]
     cfg = load_config(env={}, overrides=overrides)
     ensure_topics(cfg)
     servers = cfg["kafka.bootstrap_servers"]
@@ -81,14 +81,14 @@ def main() -> None:
     log = Path(tempfile.gettempdir()) / f"bench-frontier-{tag}.log"
     job = JobProcess("frontier", overrides, log)
     job.start()
-    for host, rec in seeds(args.hosts, args.urls):
+    for host, rec in seeds(hosts, urls):
         producer.send(cfg.topic("discovered"), REG.encode("discovered", rec), key=host.encode())
     producer.flush()
 
     robots = pages = 0
     first = None
     start = time.monotonic()
-    deadline = start + args.seconds + 180  # bounded: job start-up plus the window
+    deadline = start + seconds + 180  # bounded: job start-up plus the window
     while time.monotonic() < deadline:
         if not job.alive():
             raise SystemExit(f"the frontier job died; see {log}")
@@ -103,34 +103,54 @@ def main() -> None:
             producer.send(cfg.topic("completions"), REG.encode("completion", answer(lease, base)),
                           key=m.key)
         producer.flush()
-        if first is not None and time.monotonic() - first >= args.seconds:
+        if first is not None and time.monotonic() - first >= seconds:
             break
-        if pages >= args.hosts * args.urls:
+        if pages >= hosts * urls:
             break
     window = time.monotonic() - (first or start)
     job.stop()
     leases.close()
+    producer.close()
     accepted = KafkaConsumer(cfg.topic("index"), bootstrap_servers=servers,
                              auto_offset_reset="earliest", isolation_level="read_committed",
                              consumer_timeout_ms=3000, enable_auto_commit=False)
     indexed = sum(1 for _ in accepted)
     accepted.close()
-    total = robots + pages
-    rows = [
-        ("hosts x URLs", f"{args.hosts:,} x {args.urls:,} = {args.hosts * args.urls:,}"),
-        ("measured window", f"{window:.1f} s from the first lease"),
-        ("leases (robots + pages)", f"{total:,} ({robots:,} + {pages:,})"),
-        ("leases/s", f"{total / window:,.0f}"),
-        ("page leases/s", f"{pages / window:,.0f}"),
-        ("index events (accepted pages)", f"{indexed:,}"),
-    ]
+    return {"window": window, "robots": robots, "pages": pages, "indexed": indexed}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--hosts", type=int, default=2000)
+    ap.add_argument("--urls", type=int, default=100)
+    ap.add_argument("--seconds", type=int, default=90)
+    ap.add_argument("--backends", default="hashmap,rocksdb",
+                    help="state backends to compare, comma-separated, measured in turn")
+    args = ap.parse_args()
+    backends = args.backends.split(",")
+    runs = {b: measure(args.hosts, args.urls, args.seconds, b) for b in backends}
+    rows = [("hosts x URLs", f"{args.hosts:,} x {args.urls:,} = {args.hosts * args.urls:,}")]
+    rate = {}
+    for b, r in runs.items():
+        total = r["robots"] + r["pages"]
+        rate[b] = total / r["window"]
+        rows += [
+            (f"{b}: measured window", f"{r['window']:.1f} s from the first lease"),
+            (f"{b}: leases (robots + pages)", f"{total:,} ({r['robots']:,} + {r['pages']:,})"),
+            (f"{b}: leases/s", f"{rate[b]:,.0f}"),
+            (f"{b}: index events (accepted pages)", f"{r['indexed']:,}"),
+        ]
+    if len(backends) == 2:
+        a, b = backends
+        rows.append((f"ratio {b} / {a} (leases/s)", f"{rate[b] / rate[a]:.2f}"))
     record("frontier_job", "The frontier job alone: leases/s, fetches short-circuited", rows,
            notes="One MiniCluster (parallelism 1, thread mode) on this 2-core machine, "
                  "checkpoints every 1 s, exactly-once sinks; the stand-in fetcher shares "
                  "the machine. A host gets at most 8 leases per committed checkpoint "
                  "(8 in flight, each answered only after its lease is committed), so "
                  "the figure is bounded by hosts x 8 per checkpoint round-trip as well "
-                 "as by the job.")
+                 "as by the job. The backends run one after the other; RocksDB with "
+                 "incremental checkpoints.")
 
 
 if __name__ == "__main__":
