@@ -1,16 +1,29 @@
 """Recovery on a real Flink session cluster (crawl cluster), mid-crawl of the synthetic
-web: kill -9 of the TaskManager running the frontier, then of the one running the
-fetcher, a savepoint upgrade of the frontier and a rescale of the frontier from 1 to
-2 — the procedures `crawl upgrade` / `crawl rescale` run. Afterwards: every reachable
-allowed page indexed, no (url_id, url_version) indexed twice, 0 politeness
-violations across the disruptions, and no host left waiting on a timer that never
-fired (the last pages arrive after the last disruption)."""
+web, in one crawl: kill -9 of the TaskManager running the frontier, then of the one
+running the fetcher; a savepoint upgrade of the frontier to another build whose host
+state has added fields; a rescale of the frontier from 1 to 2 — the procedures
+`crawl upgrade --build` / `crawl rescale` run — while the fetcher crashes after the
+response for some URLs (before their completion is written) and loses the completion
+of others (udfs/faults.py).
+
+Afterwards: every reachable allowed page indexed; no (url_id, url_version) indexed
+twice; 0 politeness violations across the disruptions; each host's lease ids strictly
+increasing in the leases topic (its lease counter lives in its state: a lost, stale or
+doubled owner would reissue a number) and, after the rescale, both frontier subtasks
+own hosts; every host with work pending (so a timer pending) at the savepoint leased
+again after the restore; the upgraded build restored the old state with its added
+fields defaulted (a metric); each crash re-fetched only after its lease expired (a
+restarted fetcher does not replay leases it may have sent), each lost completion
+re-leased and fetched again."""
 
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import time
+from collections import defaultdict
+from pathlib import Path
 
 import pytest
 
@@ -19,8 +32,32 @@ from crawler.local import LocalStack
 from crawler.run import Watcher, publish_seeds, synthetic_overrides
 from crawler.synthetic_web import SyntheticWeb, build_sites
 from udfs.config import TOPIC_KEYS, load_config
+from udfs.faults import injected
 
 MIN_GAP_S = 0.2
+LEASE_TIMEOUT_S = 30
+ROOT = Path(__file__).resolve().parent.parent.parent
+ADDED_FIELDS_METRIC = "hosts_restored_with_added_fields"
+# Site 6 has Crawl-delay 1.5 s: a replayed request would break it.
+CRASH_AT = r"site6.test:[0-9]+/p/9$|site10.test:[0-9]+/p/4$"
+DROP_AT = r"site4.test:[0-9]+/p/7$|site8.test:[0-9]+/p/11$"
+
+
+def build_with_added_fields(dest: Path) -> Path:
+    """This code with two fields added to the host state (one in its policy record,
+    one at its top level): what a later release that extends HostState looks like."""
+    for pkg in ("jobs", "udfs", "schemas"):
+        shutil.copytree(ROOT / pkg, dest / pkg, ignore=shutil.ignore_patterns("__pycache__"))
+    for rel, old, new in [
+        ("udfs/core/politeness.py", "    max_in_flight: int = 1\n",
+         "    max_in_flight: int = 1\n    upgrade_note: str = 'added in v2'\n"),
+        ("udfs/core/frontier.py", '"host_key": self.host_key, "policy"',
+         '"host_key": self.host_key, "build": "v2", "policy"'),
+    ]:
+        text = (dest / rel).read_text()
+        assert text.count(old) == 1, f"the v2 patch no longer applies to {rel}"
+        (dest / rel).write_text(text.replace(old, new))
+    return dest
 
 
 def taskmanager_pid(cluster: Cluster, job: str) -> int:
@@ -48,19 +85,46 @@ def wait_running(cluster: Cluster, job: str, timeout_s: float = 180) -> str:
     raise AssertionError(f"{job} not running again within {timeout_s} s")
 
 
+def frontier_metrics(cluster: Cluster, jid: str, timeout_s: float = 60
+                     ) -> tuple[float, list[float]]:
+    """(sum of hosts_restored_with_added_fields, records in per frontier subtask), from
+    the REST API once the metric is reported (the JobManager fetches metrics every 10 s)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        for v in cluster.job_detail(jid)["vertices"]:
+            base = f"/jobs/{jid}/vertices/{v['id']}"
+            names = [m["id"] for m in cluster.get_json(f"{base}/subtasks/metrics") or []
+                     if m["id"].endswith(ADDED_FIELDS_METRIC)]
+            if not names:
+                continue
+            added = cluster.get_json(f"{base}/subtasks/metrics?get={names[0]}&agg=sum")
+            wanted = ",".join(f"{i}.numRecordsIn" for i in range(v["parallelism"]))
+            per = {m["id"]: float(m["value"])
+                   for m in cluster.get_json(f"{base}/metrics?get={wanted}") or []}
+            return float(added[0]["sum"]), [per.get(f"{i}.numRecordsIn", 0.0)
+                                            for i in range(v["parallelism"])]
+        assert time.monotonic() < deadline, f"no {ADDED_FIELDS_METRIC} metric on {jid}"
+        time.sleep(2)
+
+
 @pytest.mark.timeout(1500)
-def test_crawl_survives_kill_9_savepoint_upgrade_and_rescale(cfg, fresh_topics, tmp_path):
+def test_crawl_survives_kill_9_upgrade_rescale_and_fetcher_faults(cfg, fresh_topics,
+                                                                   tmp_path):
     web = SyntheticWeb(build_sites(12, seed=5, pages=(25, 35)),
                        log_path=str(tmp_path / "web.jsonl"))
     web.start()
     names = fresh_topics(*TOPIC_KEYS, partitions=2)
+    markers = tmp_path / "faults"
     overrides = [f"topics.{k}.name={n}" for k, n in zip(TOPIC_KEYS, names, strict=True)]
     overrides += synthetic_overrides(web, tmp_path, MIN_GAP_S) + [
         "traps.template_budget=120", "traps.template_sample_every=1000",
-        "frontier.retry_base_s=5", "frontier.lease_timeout_s=30", "fetch.total_timeout_s=20"]
+        "frontier.retry_base_s=5", f"frontier.lease_timeout_s={LEASE_TIMEOUT_S}",
+        "fetch.total_timeout_s=20", f"faults.crash_after_response={CRASH_AT}",
+        f"faults.drop_completion={DROP_AT}", f"faults.marker_dir={markers}"]
     run_cfg = load_config(env={}, overrides=overrides)
     job_args = [a for o in overrides for a in ("--set", o)]
     cluster = Cluster(cfg, LocalStack(cfg, state_dir=tmp_path / "state"))
+    v2 = build_with_added_fields(tmp_path / "build-v2")
     sites = {web.host_key(s): s for s in web.site_list}
     expected = {hk + p for hk, s in sites.items()
                 for p in ["/", *(f"/p/{i}" for i in range(s.pages))]}
@@ -72,40 +136,52 @@ def test_crawl_survives_kill_9_savepoint_upgrade_and_rescale(cfg, fresh_topics, 
         cluster.submit("fetcher", job_args)
         sent, bad = publish_seeds(run_cfg, [hk + "/" for hk in sites])
         assert sent == len(sites) and bad == []
-        watcher = Watcher(run_cfg)
+        watcher = Watcher(run_cfg, keep_leases=True)
 
-        def indexed() -> int:
-            return len(expected & watcher.poll().urls)
+        def indexed() -> set[str]:
+            return expected & watcher.poll().urls
 
         def wait_for(fraction: float, timeout_s: float = 400) -> None:
             deadline = time.monotonic() + timeout_s
-            while indexed() < fraction * len(expected):
-                assert time.monotonic() < deadline, f"stuck at {indexed()} of {len(expected)}"
+            while len(indexed()) < fraction * len(expected):
+                assert time.monotonic() < deadline, \
+                    f"stuck at {len(indexed())} of {len(expected)}"
                 time.sleep(1)
 
+        # a. kill -9 of the frontier's TaskManager, then of the fetcher's.
         for fraction, job in ((0.2, "frontier"), (0.3, "fetcher")):
             wait_for(fraction)
             pid = taskmanager_pid(cluster, job)
             os.kill(pid, signal.SIGKILL)
             disruptions.append(f"kill -9 of the {job}'s taskmanager (pid {pid}) "
-                               f"at {indexed()} pages")
+                               f"at {len(indexed())} pages")
             replacement = [tm for tm in cluster.taskmanagers() if tm.pid() is None][0]
             replacement.start(120)  # capacity back, as an operator would
             wait_running(cluster, "frontier")
             wait_running(cluster, "fetcher")
 
+        # b + d. Savepoint upgrade to the build with added fields; the hosts with work
+        # left (each has a timer pending) must all lease again after the restore.
         wait_for(0.45)
-        savepoint, _ = cluster.upgrade("frontier", job_args)
-        disruptions.append(f"savepoint upgrade at {indexed()} pages ({savepoint})")
+        done = indexed()
+        pending = {hk for hk in sites if any(u.startswith(hk + "/") and u not in done
+                                             for u in expected)}
+        savepoint, jid = cluster.upgrade("frontier", job_args, build=v2)
+        restored_ms = int(time.time() * 1000)
+        disruptions.append(f"savepoint upgrade to build v2 at {len(done)} pages "
+                           f"({len(pending)} hosts pending)")
         wait_running(cluster, "frontier")
+        added_v2, _ = frontier_metrics(cluster, jid)
 
+        # c. Rescale 1 -> 2 (still build v2).
         wait_for(0.65)
-        _, jid = cluster.upgrade("frontier", job_args, parallelism=2)
-        disruptions.append(f"rescale 1 -> 2 at {indexed()} pages")
+        _, jid = cluster.upgrade("frontier", job_args, parallelism=2, build=v2)
+        disruptions.append(f"rescale 1 -> 2 at {len(indexed())} pages")
         wait_running(cluster, "frontier")
         assert {v["parallelism"] for v in cluster.job_detail(jid)["vertices"]} == {2}
 
         wait_for(1.0, timeout_s=600)
+        added_after_rescale, records_in = frontier_metrics(cluster, jid)
     finally:
         if watcher:
             watcher.poll()
@@ -117,8 +193,48 @@ def test_crawl_survives_kill_9_savepoint_upgrade_and_rescale(cfg, fresh_topics, 
     ids = [e["event_id"] for e in events]
     duplicates = len(ids) - len(set(ids))
     violations = web.violations(run_cfg["robots.user_agent"], MIN_GAP_S)
+    leases_by_host: dict[str, list[dict]] = defaultdict(list)
+    for lease in watcher.leases:
+        leases_by_host[lease["host_key"]].append(lease)
+    seqs = {hk: [int(lz["lease_id"].rsplit("#", 1)[1]) for lz in ls]
+            for hk, ls in leases_by_host.items()}
+    out_of_order = {hk: s for hk, s in seqs.items()
+                    if any(a >= b for a, b in zip(s, s[1:], strict=False))}
+    stuck = {hk for hk in pending
+             if not any(lz["issued_at_ms"] >= restored_ms for lz in leases_by_host[hk])}
+    requests: dict[str, list[float]] = defaultdict(list)
+    for r in web.log:
+        requests[r.host + r.path].append(r.start)
+    # The frontier logs what it defaulted, from the v2 build's own files.
+    logged = [line for log in cluster.root.glob("taskmanager-*/taskmanager-*.log")
+              for line in log.read_text(errors="replace").splitlines()
+              if "took their defaults" in line and "build-v2" in line]
+    crashes, drops = injected(markers, "crash"), injected(markers, "drop")
+    refetch_gaps = [sorted(requests[url])[1] - sorted(requests[url])[0]
+                    if len(requests[url]) > 1 else None for url, _ in crashes]
+    releases = {url: sorted({lz["attempt"] for lz in watcher.leases if lz["url"] == url})
+                for url, _ in drops}
     print(f"cluster recovery: {len(expected)} pages, {len(events)} index events, "
-          f"{duplicates} duplicates, violations {violations}; " + "; ".join(disruptions))
+          f"{duplicates} duplicates, violations {violations}; "
+          f"{len(watcher.leases)} leases, {len(out_of_order)} hosts with a lease id "
+          f"reissued or out of order; {len(pending) - len(stuck)} of {len(pending)} hosts "
+          f"pending at the savepoint leased after the restore; hosts restored with added "
+          f"fields: {added_v2:.0f} (after the rescale: {added_after_rescale:.0f}); "
+          f"records in per frontier subtask {records_in}; crashes {len(crashes)} "
+          f"(re-fetched after {refetch_gaps} s), lost completions {len(drops)} "
+          f"(lease attempts {releases}); " + "; ".join(disruptions))
     assert expected <= watcher.progress.urls
     assert duplicates == 0, "an (url_id, url_version) was indexed twice"
     assert violations == dict.fromkeys(violations, 0), violations
+    assert out_of_order == {}, "a host's lease counter went back: two owners or lost state"
+    assert pending and stuck == set(), f"hosts that never leased after the restore: {stuck}"
+    assert added_v2 >= 1, "build v2 did not restore the v1 state through its added fields"
+    assert added_after_rescale == 0, "state written by build v2 lacks its own fields"
+    assert logged and "build, policy.upgrade_note" in logged[0], logged[:1]
+    assert len(records_in) == 2 and min(records_in) > 0, \
+        f"after the rescale one frontier subtask owns no host: {records_in}"
+    assert len(crashes) == 2 and len(drops) == 2, (crashes, drops)
+    # A crashed fetcher's replayed lease is not sent again; the URL is re-let at expiry.
+    assert all(gap is not None and gap >= LEASE_TIMEOUT_S - 5 for gap in refetch_gaps)
+    assert all(len(requests[url]) >= 2 for url, _ in drops)
+    assert all(len(a) >= 2 and a[0] == 1 for a in releases.values()), releases
