@@ -29,7 +29,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     args = ap.parse_args(argv)
     cfg = load_config(args.config, overrides=args.set)
 
-    env = make_env(cfg)
+    env = make_env(cfg, bundle_size=cfg["fetch.bundle_size"])
     kafka = KafkaIO(env, cfg)
     leases = kafka.source(cfg.topic("leases"), "fetcher", bounded=args.bounded)
     timeout_ms = int((cfg["fetch.total_timeout_s"] + 30) * 1000)

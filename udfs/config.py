@@ -181,6 +181,7 @@ _RULES: dict[str, Callable[[Any], str | None]] = {
     "fetch.dns_ttl_min_s": _between(0, 86400),
     "fetch.dns_ttl_max_s": _between(0, 86400 * 7),
     "fetch.dns_negative_ttl_s": _between(0, 86400),
+    "fetch.bundle_size": _between(1, 100_000),
     "faults.crash_after_response": _regex,
     "faults.drop_completion": _regex,
     "faults.parse_delay_s": _between(0, 60),

@@ -67,9 +67,16 @@ def checkpoint_uri(cfg: Config) -> str:
     return where if "://" in where else Path(where).resolve().as_uri()
 
 
-def make_env(cfg: Config, *, thread_mode: bool = False) -> StreamExecutionEnvironment:
-    """A StreamExecutionEnvironment with checkpointing, restarts and jars from `cfg`."""
+def make_env(cfg: Config, *, thread_mode: bool = False, bundle_size: int | None = None
+             ) -> StreamExecutionEnvironment:
+    """A StreamExecutionEnvironment with checkpointing, restarts and jars from `cfg`.
+
+    `bundle_size`: records handed to a process-mode Python worker at a time. A
+    checkpoint waits until the worker has finished its bundle, so a slow record
+    delays checkpoints by up to a bundle's worth of them."""
     conf = Configuration()
+    if bundle_size is not None:
+        conf.set_string("python.fn-execution.bundle.size", str(bundle_size))
     jars = job_jars(cfg)
     if jars:
         conf.set_string("pipeline.jars", ";".join(jars))
