@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -29,6 +30,12 @@ from crawler.local import LocalStack, ServiceStatus, StackError, _Service
 from udfs.config import Config
 
 JOB_NAMES = {"frontier": "crawl frontier", "fetcher": "crawl fetcher"}
+# Jobs whose Python runs inside the TaskManager JVM (pemja, thread mode). One
+# interpreter serves the whole JVM and imports a module once: a TaskManager that ran
+# one build of such a job keeps running that build's code for any later job. An
+# upgrade therefore restarts the TaskManagers that ran the old job.
+THREAD_MODE_JOBS = frozenset({"frontier"})
+_RESOURCE_ID = re.compile(r"ResourceID: (\S+)")
 
 
 def pyflink_home() -> Path:
@@ -78,9 +85,23 @@ class TaskManagerService(_FlinkService):
     def command(self) -> list[str]:
         return [str(pyflink_home() / "bin" / "taskmanager.sh"), "start-foreground"]
 
+    def prepare(self) -> None:
+        # The log is appended to across restarts: this process's lines start here.
+        self._log_start = self.logfile.stat().st_size if self.logfile.exists() else 0
+
+    def resource_id(self) -> str | None:
+        """The id this TaskManager registered with (it logs it at start), if running."""
+        if self.pid() is None or not self.logfile.exists():
+            return None
+        with self.logfile.open("rb") as fh:
+            fh.seek(getattr(self, "_log_start", 0))
+            found = _RESOURCE_ID.findall(fh.read().decode("utf-8", "replace"))
+        return found[-1] if found else None
+
     def ready(self) -> bool:
-        overview = self.cluster.overview()
-        return overview is not None and overview["taskmanagers"] >= self.index + 1
+        rid = self.resource_id()
+        listed = (self.cluster.get_json("/taskmanagers") or {}).get("taskmanagers", [])
+        return rid is not None and any(tm["id"] == rid for tm in listed)
 
 
 class Cluster:
@@ -249,19 +270,35 @@ class Cluster:
                          self.savepoint_dir().as_uri(), jid)
         return _savepoint_path(out)
 
+    def job_taskmanagers(self, job: str) -> list[TaskManagerService]:
+        """This cluster's TaskManagers that run a task of `job`."""
+        jid = self._require(job)
+        ids = {placed["taskmanager-id"]
+               for v in (self.job_detail(jid) or {}).get("vertices", [])
+               for placed in (self.get_json(f"/jobs/{jid}/vertices/{v['id']}/taskmanagers")
+                              or {}).get("taskmanagers", [])}
+        return [tm for tm in self.taskmanagers() if tm.resource_id() in ids]
+
     def upgrade(self, job: str, job_args: Sequence[str], parallelism: int | None = None,
-                build: Path | None = None) -> tuple[str, str]:
+                build: Path | None = None, log: Callable[[str], None] = print
+                ) -> tuple[str, str]:
         """Stop with a savepoint and resubmit the current code (or `build`) from it:
         (savepoint, new id). The job keeps its parallelism unless `parallelism` is given
-        (a rescale)."""
+        (a rescale). For a thread-mode job, the TaskManagers that ran it are restarted
+        in between (THREAD_MODE_JOBS); other jobs on them fail over from their last
+        checkpoint."""
         if parallelism is None:
             detail = self.job_detail(self._require(job)) or {}
             parallelism = max((v["parallelism"] for v in detail.get("vertices", [])),
                               default=None)
+        stale = self.job_taskmanagers(job) if job in THREAD_MODE_JOBS else []
         path = self.stop_with_savepoint(job)
         deadline = time.monotonic() + 60
         while self.running_job(job) and time.monotonic() < deadline:
             time.sleep(0.5)
+        for tm in stale:  # a fresh JVM imports the new code
+            log(tm.stop())
+            log(tm.start(self.cfg["local.ready_timeout_s"]))
         return path, self.submit(job, job_args, parallelism=parallelism, savepoint=path,
                                  build=build)
 

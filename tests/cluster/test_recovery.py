@@ -12,7 +12,10 @@ increasing in the leases topic (its lease counter lives in its state: a lost, st
 doubled owner would reissue a number) and, after the rescale, both frontier subtasks
 own hosts; every host with work pending (so a timer pending) at the savepoint leased
 again after the restore; the upgraded build restored the old state with its added
-fields defaulted (a metric); each crash re-fetched only after its lease expired (a
+fields defaulted (a metric — after the rescale it counts only hosts the v2 job never
+wrote back, idle ones — and the log line from the new build's own file — which
+needs the upgrade to restart the TaskManagers that ran the old build: thread mode
+imports Python once per JVM); each crash re-fetched only after its lease expired (a
 restarted fetcher does not replay leases it may have sent), each lost completion
 re-leased and fetched again."""
 
@@ -61,16 +64,9 @@ def build_with_added_fields(dest: Path) -> Path:
 
 
 def taskmanager_pid(cluster: Cluster, job: str) -> int:
-    """PID of the TaskManager that runs `job`'s first vertex (from the REST API and the
-    ResourceID each TaskManager logs at start)."""
-    jid = cluster.running_job(job)
-    vertex = cluster.job_detail(jid)["vertices"][0]["id"]
-    placed = cluster.get_json(f"/jobs/{jid}/vertices/{vertex}/taskmanagers")["taskmanagers"]
-    resource = placed[0]["taskmanager-id"]
-    for tm in cluster.taskmanagers():
-        if tm.pid() is not None and f"ResourceID: {resource}" in tm.logfile.read_text():
-            return tm.pid()
-    raise AssertionError(f"no TaskManager process logged ResourceID {resource}")
+    """PID of the TaskManager that runs `job` (parallelism 1: all its tasks in one)."""
+    [tm] = cluster.job_taskmanagers(job)
+    return tm.pid()
 
 
 def wait_running(cluster: Cluster, job: str, timeout_s: float = 180) -> str:
@@ -85,10 +81,11 @@ def wait_running(cluster: Cluster, job: str, timeout_s: float = 180) -> str:
     raise AssertionError(f"{job} not running again within {timeout_s} s")
 
 
-def frontier_metrics(cluster: Cluster, jid: str, timeout_s: float = 60
+def frontier_metrics(cluster: Cluster, jid: str, at_least: float = 0, timeout_s: float = 90
                      ) -> tuple[float, list[float]]:
     """(sum of hosts_restored_with_added_fields, records in per frontier subtask), from
-    the REST API once the metric is reported (the JobManager fetches metrics every 10 s)."""
+    the REST API, once the sum reaches `at_least` (the JobManager fetches metrics every
+    10 s; a host is restored when its first timer or record arrives) or at the timeout."""
     deadline = time.monotonic() + timeout_s
     while True:
         for v in cluster.job_detail(jid)["vertices"]:
@@ -101,8 +98,10 @@ def frontier_metrics(cluster: Cluster, jid: str, timeout_s: float = 60
             wanted = ",".join(f"{i}.numRecordsIn" for i in range(v["parallelism"]))
             per = {m["id"]: float(m["value"])
                    for m in cluster.get_json(f"{base}/metrics?get={wanted}") or []}
-            return float(added[0]["sum"]), [per.get(f"{i}.numRecordsIn", 0.0)
-                                            for i in range(v["parallelism"])]
+            total = float(added[0]["sum"])
+            if total >= at_least or time.monotonic() > deadline:
+                return total, [per.get(f"{i}.numRecordsIn", 0.0)
+                               for i in range(v["parallelism"])]
         assert time.monotonic() < deadline, f"no {ADDED_FIELDS_METRIC} metric on {jid}"
         time.sleep(2)
 
@@ -120,6 +119,12 @@ def test_crawl_survives_kill_9_upgrade_rescale_and_fetcher_faults(cfg, fresh_top
         "traps.template_budget=120", "traps.template_sample_every=1000",
         "frontier.retry_base_s=5", f"frontier.lease_timeout_s={LEASE_TIMEOUT_S}",
         "fetch.total_timeout_s=20", f"faults.crash_after_response={CRASH_AT}",
+        # The fetcher restarts up to six times here (two crashes, two kills, and the
+        # TaskManager restarts of the upgrade and the rescale when it shares one with
+        # the frontier); each lets the leases it held expire. Three expiries park a
+        # URL (a fetcher-crashing URL must not crash it forever), which would leave an
+        # innocent URL unindexed for a week: allow more in this test.
+        "frontier.max_lease_attempts=8",
         f"faults.drop_completion={DROP_AT}", f"faults.marker_dir={markers}"]
     run_cfg = load_config(env={}, overrides=overrides)
     job_args = [a for o in overrides for a in ("--set", o)]
@@ -171,10 +176,11 @@ def test_crawl_survives_kill_9_upgrade_rescale_and_fetcher_faults(cfg, fresh_top
         disruptions.append(f"savepoint upgrade to build v2 at {len(done)} pages "
                            f"({len(pending)} hosts pending)")
         wait_running(cluster, "frontier")
-        added_v2, _ = frontier_metrics(cluster, jid)
 
         # c. Rescale 1 -> 2 (still build v2).
         wait_for(0.65)
+        # Read late: a new job's metrics reach the REST API after tens of seconds.
+        added_v2, _ = frontier_metrics(cluster, jid, at_least=1, timeout_s=150)
         _, jid = cluster.upgrade("frontier", job_args, parallelism=2, build=v2)
         disruptions.append(f"rescale 1 -> 2 at {len(indexed())} pages")
         wait_running(cluster, "frontier")
@@ -219,7 +225,8 @@ def test_crawl_survives_kill_9_upgrade_rescale_and_fetcher_faults(cfg, fresh_top
           f"{len(watcher.leases)} leases, {len(out_of_order)} hosts with a lease id "
           f"reissued or out of order; {len(pending) - len(stuck)} of {len(pending)} hosts "
           f"pending at the savepoint leased after the restore; hosts restored with added "
-          f"fields: {added_v2:.0f} (after the rescale: {added_after_rescale:.0f}); "
+          f"fields: {added_v2:.0f} (after the rescale, hosts v2 never wrote back: "
+          f"{added_after_rescale:.0f}); "
           f"records in per frontier subtask {records_in}; crashes {len(crashes)} "
           f"(re-fetched after {refetch_gaps} s), lost completions {len(drops)} "
           f"(lease attempts {releases}); " + "; ".join(disruptions))
@@ -229,7 +236,6 @@ def test_crawl_survives_kill_9_upgrade_rescale_and_fetcher_faults(cfg, fresh_top
     assert out_of_order == {}, "a host's lease counter went back: two owners or lost state"
     assert pending and stuck == set(), f"hosts that never leased after the restore: {stuck}"
     assert added_v2 >= 1, "build v2 did not restore the v1 state through its added fields"
-    assert added_after_rescale == 0, "state written by build v2 lacks its own fields"
     assert logged and "build, policy.upgrade_note" in logged[0], logged[:1]
     assert len(records_in) == 2 and min(records_in) > 0, \
         f"after the rescale one frontier subtask owns no host: {records_in}"
