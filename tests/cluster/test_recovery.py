@@ -38,7 +38,7 @@ from udfs.config import TOPIC_KEYS, load_config
 from udfs.faults import injected
 
 MIN_GAP_S = 0.2
-LEASE_TIMEOUT_S = 30
+LEASE_TIMEOUT_S = 20
 ROOT = Path(__file__).resolve().parent.parent.parent
 ADDED_FIELDS_METRIC = "hosts_restored_with_added_fields"
 # Site 6 has Crawl-delay 1.5 s: a replayed request would break it.
@@ -109,7 +109,7 @@ def frontier_metrics(cluster: Cluster, jid: str, at_least: float = 0, timeout_s:
 @pytest.mark.timeout(1500)
 def test_crawl_survives_kill_9_upgrade_rescale_and_fetcher_faults(cfg, fresh_topics,
                                                                    tmp_path):
-    web = SyntheticWeb(build_sites(12, seed=5, pages=(25, 35)),
+    web = SyntheticWeb(build_sites(12, seed=5, pages=(15, 20)),
                        log_path=str(tmp_path / "web.jsonl"))
     web.start()
     names = fresh_topics(*TOPIC_KEYS, partitions=2)
@@ -118,7 +118,7 @@ def test_crawl_survives_kill_9_upgrade_rescale_and_fetcher_faults(cfg, fresh_top
     overrides += synthetic_overrides(web, tmp_path, MIN_GAP_S) + [
         "traps.template_budget=120", "traps.template_sample_every=1000",
         "frontier.retry_base_s=5", f"frontier.lease_timeout_s={LEASE_TIMEOUT_S}",
-        "fetch.total_timeout_s=20", f"faults.crash_after_response={CRASH_AT}",
+        "fetch.total_timeout_s=15", f"faults.crash_after_response={CRASH_AT}",
         # The fetcher restarts up to six times here (two crashes, two kills, and the
         # TaskManager restarts of the upgrade and the rescale when it shares one with
         # the frontier); each lets the leases it held expire. Three expiries park a
