@@ -78,6 +78,7 @@ class TaskManagerService(_FlinkService):
     def __init__(self, cluster: Cluster, index: int) -> None:
         super().__init__(cluster, f"taskmanager-{index}")
         self.index = index
+        self._log_start = 0  # where this process's lines begin in its (appended) log
 
     def ports(self) -> list[tuple[str, str, int]]:
         return []  # RPC and data ports are picked free by Flink, on 127.0.0.1
@@ -86,7 +87,6 @@ class TaskManagerService(_FlinkService):
         return [str(pyflink_home() / "bin" / "taskmanager.sh"), "start-foreground"]
 
     def prepare(self) -> None:
-        # The log is appended to across restarts: this process's lines start here.
         self._log_start = self.logfile.stat().st_size if self.logfile.exists() else 0
 
     def resource_id(self) -> str | None:
@@ -94,7 +94,7 @@ class TaskManagerService(_FlinkService):
         if self.pid() is None or not self.logfile.exists():
             return None
         with self.logfile.open("rb") as fh:
-            fh.seek(getattr(self, "_log_start", 0))
+            fh.seek(self._log_start)
             found = _RESOURCE_ID.findall(fh.read().decode("utf-8", "replace"))
         return found[-1] if found else None
 
