@@ -46,7 +46,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     completions = kafka.source(cfg.topic("completions"), "frontier", bounded=args.bounded,
                                ingestion_time=True)
     records = discovered.union(completions) \
-        .process(Intake(cfg.topic("discovered"), cfg.topic("completions")),
+        .process(Intake(dict(cfg.data)),
                  output_type=HOST_INPUT).uid("frontier-intake").name("decode and normalize")
     # The crawl clock: its watermark fires the hosts' event-time timers even when no
     # record arrives (wall-clock ticks, or a topic's timestamps for a virtual clock).

@@ -118,15 +118,23 @@ class SchemaRegistry:
         except KeyError:
             raise KeyError(f"no schema named {name!r} in {self.directory}") from None
 
+    def _version(self, name: str, version: int) -> SchemaVersion:
+        for sv in self.versions(name):
+            if sv.version == version:
+                return sv
+        raise KeyError(f"no version {version} of schema {name!r}")
+
     def latest(self, name: str) -> SchemaVersion:
         return self.versions(name)[-1]
 
     def by_fingerprint(self, fp: bytes) -> SchemaVersion | None:
         return self._by_fp.get(fp)
 
-    def encode(self, name: str, record: Mapping[str, Any], *, check: bool = True) -> bytes:
-        """Single-object encoding of `record` with the newest version of schema `name`."""
-        sv = self.latest(name)
+    def encode(self, name: str, record: Mapping[str, Any], *, check: bool = True,
+               version: int | None = None) -> bytes:
+        """Single-object encoding of `record` with the newest version of schema `name` (or
+        with `version`: what a producer of an older build writes)."""
+        sv = self.latest(name) if version is None else self._version(name, version)
         if check:
             try:
                 validate(record, sv.parsed, raise_errors=True)

@@ -1,12 +1,20 @@
-"""The fetcher's HTTP client: aiohttp with an SSRF-guarded resolver and bounded reads.
+"""The fetcher's HTTP client: aiohttp with an SSRF guard on every connection and bounded reads.
 
 The rules come from `udfs.core.fetching`; this module only does the I/O. The
-resolver answers from `fetch.static_hosts`, the DNS cache, or the system
-resolver, and returns only addresses the SSRF policy allows, so aiohttp
-connects to exactly the address that was checked (no second lookup for DNS
-rebinding to exploit). No redirects are followed; bodies are read in chunks
-up to the limit, and gzip/deflate are decoded here with a cap (a bomb stops
-at the cap).
+address policy is applied three times, from the earliest to the last moment:
+
+1. `fetch` refuses a URL whose host is an IP literal in a forbidden range before
+   any connection is attempted (aiohttp never asks a resolver about an IP literal);
+2. the resolver answers from `fetch.static_hosts`, the DNS cache, or DNS, and
+   returns only addresses the policy allows, so aiohttp connects to exactly the
+   address that was checked (no second lookup for DNS rebinding to exploit);
+3. every socket the connector opens comes from `guarded_socket_factory`, which
+   checks the address the socket is about to connect to, and the socket checks it
+   again in `connect` itself: whatever path produced the address (an IP literal,
+   a resolver, a proxy, a future client), nothing connects to a refused address.
+
+No redirects are followed; bodies are read in chunks up to the limit, and
+gzip/deflate are decoded here with a cap (a bomb stops at the cap).
 """
 
 from __future__ import annotations
@@ -14,18 +22,83 @@ from __future__ import annotations
 import socket
 import time
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import aiohttp
 from aiohttp.abc import AbstractResolver, ResolveResult
 from aiohttp.resolver import ThreadedResolver
+from yarl import URL
 
+from udfs.core.addresses import AddressPolicy, parse_ip, url_address_refusal
 from udfs.core.fetching import DnsCache, FetchLimits, classify, request_headers
 from udfs.core.frontier import Kind, Outcome
+from udfs.core.urls import normalize_url
+
+# In every refusal's message: a refusal that aiohappyeyeballs folds into one OSError
+# with others ("Multiple exceptions: ...") is still recognised as one.
+REFUSAL_MARK = "refused by the SSRF policy"
 
 
 class AddressRefused(OSError):
     """Every address of a host is refused by the SSRF policy."""
+
+
+def _refusal(address: str, reason: str) -> AddressRefused:
+    return AddressRefused(f"{address}: {reason} ({REFUSAL_MARK})")
+
+
+class _GuardedSocket(socket.socket):
+    """A socket that checks, in connect itself, the address it is asked to connect to."""
+
+    address_policy: AddressPolicy
+
+    def _check(self, address) -> None:
+        host = address[0] if isinstance(address, tuple) else address
+        reason = self.address_policy.check(str(host))
+        if reason is not None:
+            raise _refusal(str(host), reason)
+
+    def connect(self, address) -> None:
+        self._check(address)
+        super().connect(address)
+
+    def connect_ex(self, address) -> int:
+        self._check(address)
+        return super().connect_ex(address)
+
+
+def guarded_socket_factory(policy: AddressPolicy) -> Callable[[tuple], socket.socket]:
+    """aiohttp's `socket_factory`: called with the exact address a connection is about
+    to be made to, for every connection (IP-literal hosts included)."""
+
+    def factory(addr_info: tuple) -> socket.socket:
+        family, type_, proto, _, sockaddr = addr_info
+        reason = policy.check(str(sockaddr[0]))
+        if reason is not None:
+            raise _refusal(str(sockaddr[0]), reason)
+        sock = _GuardedSocket(family, type_, proto)
+        sock.address_policy = policy
+        return sock
+
+    return factory
+
+
+def literal_refusal(url: str, policy: AddressPolicy) -> str | None:
+    """Why the policy refuses `url`'s host, if that host is an IP literal as a browser
+    (WHATWG: 2130706433, 0x7f000001 and 127.1 are 127.0.0.1) or aiohttp parses it; None
+    for names (the resolver and the socket guard check those)."""
+    normalized = normalize_url(url)
+    reason = url_address_refusal(normalized, policy) if normalized else None
+    if reason is not None:
+        return reason
+    try:
+        host = URL(url).host
+    except (ValueError, TypeError):
+        return None
+    if host is None or parse_ip(host) is None:
+        return None
+    return policy.check(host)
 
 
 class GuardedResolver(AbstractResolver):
@@ -55,11 +128,11 @@ class GuardedResolver(AbstractResolver):
                 addresses, refusal = self.cache.store(
                     host, [a["host"] for a in answers], None, now)
             if not addresses:
-                raise AddressRefused(f"{host}: {refusal}")
+                raise _refusal(host, refusal or "no address")
         elif entry.error is not None:
             if entry.error.startswith("DNS:"):
                 raise OSError(entry.error)
-            raise AddressRefused(f"{host}: {entry.error}")
+            raise _refusal(host, entry.error)
         else:
             addresses = list(entry.addresses)
         return [{"hostname": host, "host": a, "port": port,
@@ -85,9 +158,11 @@ class FetchResponse:
 def make_session(cache: DnsCache, limits: FetchLimits, *, limit: int = 200,
                  connector_cls: type[aiohttp.TCPConnector] = aiohttp.TCPConnector
                  ) -> aiohttp.ClientSession:
-    """A session whose every connection goes through the guarded resolver."""
+    """A session whose every connection goes through the guarded resolver and sockets."""
     connector = connector_cls(resolver=GuardedResolver(cache), limit=limit, ttl_dns_cache=None,
-                              use_dns_cache=False, enable_cleanup_closed=True)
+                              use_dns_cache=False, enable_cleanup_closed=True,
+                              socket_factory=guarded_socket_factory(cache.policy))
+    connector.address_policy = cache.policy  # type: ignore[attr-defined]  # read by fetch
     timeout = aiohttp.ClientTimeout(total=limits.total_timeout_s,
                                     sock_connect=limits.connect_timeout_s,
                                     sock_read=limits.read_timeout_s)
@@ -108,6 +183,10 @@ async def fetch(session: aiohttp.ClientSession, url: str, kind: Kind, limits: Fe
                 ) -> FetchResponse:
     """One GET, classified. Never raises for network trouble: it becomes the outcome."""
     start = time.monotonic()
+    policy = getattr(session.connector, "address_policy", None)
+    refusal = literal_refusal(url, policy) if policy is not None else None
+    if refusal is not None:  # an IP literal: no resolver is asked, so refuse it here
+        return FetchResponse(Outcome.ADDRESS_BLOCKED, error=str(_refusal(url, refusal)))
     cap = limits.body_limit(kind)
     try:
         async with session.get(url, headers=request_headers(user_agent, etag, last_modified),
@@ -136,7 +215,7 @@ async def fetch(session: aiohttp.ClientSession, url: str, kind: Kind, limits: Fe
                              duration_s=time.monotonic() - start)
     except aiohttp.ClientConnectorError as exc:  # DNS errors are a subclass
         cause = exc.os_error
-        if isinstance(cause, AddressRefused):
+        if isinstance(cause, AddressRefused) or REFUSAL_MARK in str(cause):
             outcome = Outcome.ADDRESS_BLOCKED
         elif isinstance(exc, aiohttp.ClientConnectorDNSError):
             outcome = Outcome.DNS_ERROR
@@ -147,6 +226,12 @@ async def fetch(session: aiohttp.ClientSession, url: str, kind: Kind, limits: Fe
     except (TimeoutError, aiohttp.ServerTimeoutError) as exc:
         return FetchResponse(Outcome.TIMEOUT, error=f"timeout: {exc!r}",
                              duration_s=time.monotonic() - start)
-    except (aiohttp.ClientError, zlib.error, OSError) as exc:
+    except OSError as exc:
+        if REFUSAL_MARK in str(exc):
+            return FetchResponse(Outcome.ADDRESS_BLOCKED, error=str(exc),
+                                 duration_s=time.monotonic() - start)
+        return FetchResponse(Outcome.OTHER_ERROR, error=f"{type(exc).__name__}: {exc}",
+                             duration_s=time.monotonic() - start)
+    except (aiohttp.ClientError, zlib.error) as exc:
         return FetchResponse(Outcome.OTHER_ERROR, error=f"{type(exc).__name__}: {exc}",
                              duration_s=time.monotonic() - start)

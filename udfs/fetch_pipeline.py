@@ -25,7 +25,7 @@ from udfs.core.fingerprints import to_signed64
 from udfs.core.frontier import Kind, Outcome
 from udfs.core.parse import group_by_host, parse_html
 from udfs.core.sitemaps import parse_sitemap
-from udfs.core.urls import normalize_url
+from udfs.core.urls import UrlPolicy, normalize_url
 from udfs.faults import FaultInjector
 from udfs.fetch_client import fetch
 from udfs.storage import ObjectStore
@@ -40,6 +40,7 @@ class FetchContext:
     clock_ms: Callable[[], int] = lambda: int(time.time() * 1000)
     max_links: int = 5000
     faults: FaultInjector | None = None
+    url_policy: UrlPolicy | None = None  # urls.drop_query_params
 
 
 def _discovered(host_key: str, source: str, parent: str, depth: int, now_ms: int,
@@ -64,7 +65,8 @@ async def process_lease(lease: dict[str, Any], ctx: FetchContext
         "http_status": resp.status, "fetched_at_ms": now_ms,
         "fetch_duration_ms": int(resp.duration_s * 1000),
         "retry_after": h.get("Retry-After"),
-        "redirect_location": normalize_url(h["Location"], url) if h.get("Location") else None,
+        "redirect_location": normalize_url(h["Location"], url, ctx.url_policy)
+        if h.get("Location") else None,
         "etag": h.get("Etag"), "last_modified": h.get("Last-Modified"),
         "content_type": h.get("Content-Type"), "body_sha256": None, "body_bytes": None,
         "object_key": None, "text_sha256": None, "simhash": None, "canonical_url": None,
@@ -97,7 +99,7 @@ async def process_lease(lease: dict[str, Any], ctx: FetchContext
     if ctx.faults is not None:
         ctx.faults.stall_parse()
     page = parse_html(body, url, headers=h, user_agent=ctx.user_agent,
-                      max_links=ctx.max_links)
+                      max_links=ctx.max_links, url_policy=ctx.url_policy)
     completion.update({
         "body_sha256": sha, "object_key": key, "text_sha256": page.text_sha256,
         "simhash": to_signed64(page.simhash), "canonical_url": page.canonical_url,

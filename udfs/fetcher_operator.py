@@ -28,6 +28,7 @@ from udfs.config import Config
 from udfs.core.addresses import AddressPolicy
 from udfs.core.fetching import DnsCache, FetchLimits
 from udfs.core.politeness import parse_retry_after
+from udfs.core.urls import UrlPolicy
 from udfs.deadletter import dead_letter
 from udfs.faults import FaultInjector
 
@@ -63,6 +64,7 @@ class FetchFunction(AsyncFunction):
         self.session = None
         self.blocked_until: dict[str, float] = {}  # host_key → epoch seconds
         self.faults = FaultInjector.from_config(cfg["faults"])
+        self.url_policy = UrlPolicy.from_names(cfg["urls.drop_query_params"])
         # A restarted task (attempt > 0) replays the leases read since the last
         # checkpoint; it may already have fetched them just before it failed.
         self.restarted_at_ms = int(time.time() * 1000) \
@@ -100,7 +102,7 @@ class FetchFunction(AsyncFunction):
         limits = self.limits if remaining > self.limits.total_timeout_s + 1 else \
             replace(self.limits, total_timeout_s=remaining - 1.0)
         ctx = FetchContext(await self._session(), self.store, limits, self.user_agent,
-                           faults=self.faults)
+                           faults=self.faults, url_policy=self.url_policy)
         completion, discovered = await process_lease(lease, ctx)
         if self.faults is not None:
             self.faults.after_response(lease["url"])

@@ -4,14 +4,19 @@ decides anything here."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any
 
+from udfs.core.addresses import AddressPolicy, url_address_refusal
 from udfs.core.frontier import FetchResult, Kind, Lease, Outcome, UrlState
 from udfs.core.parse import group_by_host
 from udfs.core.recrawl import Change
-from udfs.core.urls import normalize_url, split_host_key
+from udfs.core.urls import UrlPolicy, normalize_url, split_host_key
 
-SITEMAP_SOURCES = ("ROBOTS_SITEMAP",)  # the source that marks a URL as a sitemap file
+# The sources that mark a URL as a sitemap file (read as a sitemap, not indexed): a
+# robots.txt Sitemap line or a sitemap index entry, and an operator's sitemap seed.
+SITEMAP_SOURCES = ("ROBOTS_SITEMAP", "SEED_SITEMAP")
+SEED_SOURCES = ("SEED", "SEED_SITEMAP")
 
 
 def ms(seconds: float) -> int:
@@ -65,19 +70,37 @@ def discovered_records(found: list[tuple[str, int, int, str]], parent: str | Non
     return out
 
 
-def intake(record: dict[str, Any]) -> tuple[dict[str, list[dict[str, Any]]], list[str]]:
+@dataclass
+class Intake:
     """A DiscoveredUrls record's links, normalized and grouped by their real host_key
-    (producers may be wrong about it), and the raw URLs that are not http(s) URLs."""
-    groups: dict[str, list[dict[str, Any]]] = {}
-    invalid: list[str] = []
+    (producers may be wrong about it), the raw URLs that are not http(s) URLs, and the
+    URLs whose host is an IP literal the address policy refuses (url, reason): those are
+    never queued, so never leased (the fetcher would refuse them too)."""
+
+    groups: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    invalid: list[str] = field(default_factory=list)
+    refused: list[tuple[str, str]] = field(default_factory=list)
+
+
+def intake(record: dict[str, Any], url_policy: UrlPolicy | None = None,
+           address_policy: AddressPolicy | None = None) -> Intake:
+    """Sort one DiscoveredUrls record's links (see `Intake`). `url_policy`: the query
+    parameters to drop (urls.drop_query_params); `address_policy`: fetch.allowed_networks."""
+    out = Intake()
+    groups = out.groups
     kind = Kind.SITEMAP if record["source"] in SITEMAP_SOURCES else Kind.PAGE
     for link in record["links"]:
-        url = normalize_url(link["url"])
+        url = normalize_url(link["url"], policy=url_policy)
         if url is None:
-            invalid.append(link["url"])
+            out.invalid.append(link["url"])
             continue
+        if address_policy is not None:
+            reason = url_address_refusal(url, address_policy)
+            if reason is not None:
+                out.refused.append((url, reason))
+                continue
         groups.setdefault(split_host_key(url)[0], []).append({
             "url": url, "depth": record["depth"], "redirect_hops": record["redirect_hops"],
-            "priority": link["priority"], "is_seed": record["source"] == "SEED",
+            "priority": link["priority"], "is_seed": record["source"] in SEED_SOURCES,
             "kind": kind})
-    return groups, invalid
+    return out

@@ -28,8 +28,11 @@ from pyflink.datastream import KeyedProcessFunction, OutputTag, ProcessFunction
 from pyflink.datastream.state import MapStateDescriptor, ValueStateDescriptor
 
 from udfs.avro import AvroDecodeError, registry
+from udfs.config import Config
+from udfs.core.addresses import AddressPolicy
 from udfs.core.fingerprints import band_keys, from_signed64, hamming
 from udfs.core.frontier import Acceptance, FrontierConfig, HostFrontier
+from udfs.core.urls import UrlPolicy, split_host_key
 from udfs.deadletter import dead_letter
 from udfs.frontier_io import (
     discovered_records,
@@ -71,14 +74,26 @@ def crawl_now(watermark_ms: int) -> float:
 
 
 class Intake(ProcessFunction):
-    """Row(key, value, topic, partition, offset) → Row(host_key, kind, payload)."""
+    """Row(key, value, topic, partition, offset) → Row(host_key, kind, payload).
 
-    def __init__(self, discovered_topic: str, completions_topic: str) -> None:
-        self.discovered_topic = discovered_topic
-        self.completions_topic = completions_topic
+    Links are normalized with the configured drop list (urls.drop_query_params), and
+    a URL whose host is an IP literal the address policy refuses (fetch.allowed_networks)
+    is never queued: it goes to the dead-letter topic as ADDRESS_BLOCKED, counted in
+    the metric urls_refused_address. Every discovered URL passes here (seeds, links,
+    sitemap entries, redirect targets and robots.txt Sitemap lines alike)."""
+
+    def __init__(self, cfg_data: dict[str, Any]) -> None:
+        self.cfg_data = cfg_data
 
     def open(self, runtime_context) -> None:
+        cfg = Config(self.cfg_data)
+        self.discovered_topic = cfg.topic("discovered")
+        self.completions_topic = cfg.topic("completions")
+        self.url_policy = UrlPolicy.from_names(cfg["urls.drop_query_params"])
+        self.address_policy = AddressPolicy.from_networks(cfg["fetch.allowed_networks"])
         self.reg = registry()
+        self.refused_address = runtime_context.get_metrics_group().counter(
+            "urls_refused_address")
 
     def _dead(self, row, reason: str, error_type: str, **kw):
         key = None if row[0] is None else bytes(row[0])
@@ -98,11 +113,15 @@ class Intake(ProcessFunction):
         if schema == "completion":
             yield Row(record["host_key"], "C", pickle.dumps(record))
             return
-        groups, invalid = intake(record)
-        for host_key, links in groups.items():
+        found = intake(record, self.url_policy, self.address_policy)
+        for host_key, links in found.groups.items():
             yield Row(host_key, "D", pickle.dumps(links))
-        for url in invalid:
+        for url in found.invalid:
             yield self._dead(row, "not an http(s) URL", "InvalidUrl", url=url)
+        for url, reason in found.refused:
+            self.refused_address.inc()
+            yield self._dead(row, f"address blocked by the SSRF policy: {reason}",
+                             "ADDRESS_BLOCKED", url=url, host_key=split_host_key(url)[0])
 
 
 class FrontierFunction(KeyedProcessFunction):

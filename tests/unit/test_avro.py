@@ -34,7 +34,7 @@ def test_examples_round_trip(sv):
     examples = load_examples(sv)
     assert examples, f"{sv.name}.v{sv.version} needs example records"
     for record in examples:
-        data = REG.encode(sv.name, record)
+        data = REG.encode(sv.name, record, version=sv.version)
         assert data[:2] == MAGIC and data[2:10] == sv.fingerprint
         assert REG.decode(sv.name, data) == record
 
@@ -79,7 +79,7 @@ def test_decode_rejects_wrong_schema_truncation_and_trailing_bytes():
 
 
 def test_encode_validates():
-    with pytest.raises(AvroEncodeError, match="discovered v1"):
+    with pytest.raises(AvroEncodeError, match="discovered v2"):
         REG.encode("discovered", {"source": "LINK", "links": []})  # discovered_at_ms missing
     with pytest.raises(AvroEncodeError):
         REG.encode("lease", {**load_examples(REG.latest("lease"))[0], "kind": "VIDEO"})

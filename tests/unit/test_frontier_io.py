@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import pytest
+
 from udfs.avro import load_examples, registry
+from udfs.config import load_config
+from udfs.core.addresses import AddressPolicy
 from udfs.core.frontier import FrontierConfig, HostFrontier, Kind, Outcome
+from udfs.core.urls import UrlPolicy
 from udfs.frontier_io import discovered_records, fetch_result, index_event, intake, lease_record
 
 REG = registry()
@@ -15,13 +20,63 @@ def test_intake_normalizes_regroups_and_flags_sitemaps():
                   {"url": "HTTP://A.example:80/x#f", "lastmod_ms": None, "priority": 0.7},
                   {"url": "https://b.example/y?utm_source=z", "lastmod_ms": 5, "priority": None},
                   {"url": "javascript:alert(1)", "lastmod_ms": None, "priority": None}]}
-    groups, invalid = intake(record)
+    found = intake(record, UrlPolicy.from_names(load_config()["urls.drop_query_params"]))
+    groups, invalid = found.groups, found.invalid
     assert set(groups) == {"http://a.example", "https://b.example"}
     a = groups["http://a.example"][0]
     assert a["url"] == "http://a.example/x" and a["kind"] is Kind.SITEMAP and a["depth"] == 2
     assert a["redirect_hops"] == 1 and a["priority"] == 0.7 and not a["is_seed"]
     assert groups["https://b.example"][0]["url"] == "https://b.example/y"
     assert invalid == ["javascript:alert(1)"]
+    # The drop list is the caller's: without one, nothing is dropped.
+    kept = intake(record).groups["https://b.example"][0]["url"]
+    assert kept == "https://b.example/y?utm_source=z"
+
+
+def _links(*urls: str, source: str = "LINK") -> dict:
+    return {"host_key": None, "source": source, "parent_url": None, "depth": 0,
+            "redirect_hops": 0, "discovered_at_ms": 0,
+            "links": [{"url": u, "lastmod_ms": None, "priority": None} for u in urls]}
+
+
+# Every IP-literal form the WHATWG parser turns into a forbidden address.
+FORBIDDEN_LITERALS = [
+    ("http://127.0.0.1:8080/x", "loopback"), ("http://2130706433/", "loopback"),
+    ("http://0x7f000001/", "loopback"), ("http://127.1/", "loopback"),
+    ("http://0177.0.0.1/", "loopback"), ("http://127.0.0.2/", "loopback"),
+    ("http://[::1]:8080/", "loopback"), ("http://[::ffff:127.0.0.1]/", "loopback"),
+    ("http://[0:0:0:0:0:ffff:7f00:1]/", "loopback"), ("http://10.0.0.1/", "private"),
+    ("http://167772161/", "private"), ("http://192.168.1.1/", "private"),
+    ("http://172.16.5.4/", "private"), ("http://169.254.169.254/latest/", "cloud-metadata"),
+    ("http://0xa9fea9fe/", "cloud-metadata"), ("http://[fd00:ec2::254]/", "cloud-metadata"),
+    ("http://169.254.1.1/", "link-local"), ("http://[fe80::1]/", "link-local"),
+    ("http://100.64.0.1/", "cgnat"), ("http://224.0.0.1/", "multicast"),
+    ("http://[ff02::1]/", "multicast"), ("http://240.0.0.1/", "reserved"),
+    ("http://192.0.2.1/", "reserved"), ("http://0.0.0.0/", "unspecified"),
+    ("http://255.255.255.255/", "broadcast"), ("http://[fd12::1]/", "private"),
+    ("http://[64:ff9b::a00:1]/", "private"), ("http://[2002:a00:1::]/", "private"),
+]
+
+
+@pytest.mark.parametrize("raw,cls", FORBIDDEN_LITERALS)
+@pytest.mark.parametrize("source", ["SEED", "LINK", "SITEMAP", "REDIRECT", "ROBOTS_SITEMAP"])
+def test_intake_refuses_forbidden_ip_literals_from_every_source(raw, cls, source):
+    found = intake(_links(raw, "http://public.example/", source=source),
+                   address_policy=AddressPolicy.from_networks([]))
+    assert list(found.groups) == ["http://public.example"]
+    ((url, reason),) = found.refused
+    assert cls in reason and "://" in url
+
+
+def test_intake_admits_allowed_or_public_literals_and_names():
+    allow_loopback = AddressPolicy.from_networks(["127.0.0.0/8"])
+    found = intake(_links("http://127.0.0.1:9/", "http://93.184.216.34/",
+                          "http://[2606:4700::1]/", "http://localhost/"),
+                   address_policy=allow_loopback)
+    assert found.refused == [] and len(found.groups) == 4
+    # A name is not judged here: its addresses are checked when resolved and connected to.
+    assert intake(_links("http://localhost/"),
+                  address_policy=AddressPolicy.from_networks([])).refused == []
 
 
 def test_lease_completion_index_round_trip_through_avro():

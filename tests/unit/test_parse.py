@@ -7,6 +7,7 @@ from hypothesis import strategies as st
 
 from udfs.core.fingerprints import simhash64, text_hash
 from udfs.core.parse import group_by_host, parse_html
+from udfs.core.urls import UrlPolicy
 
 URL = "http://h.example/dir/page.html"
 
@@ -22,9 +23,11 @@ PAGE = b"""<!DOCTYPE html><html><head><title> A  Title </title>
 
 
 def test_links_text_and_canonical():
-    p = parse_html(PAGE, URL)
+    p = parse_html(PAGE, URL, url_policy=UrlPolicy.from_names(["utm_*"]))
     assert p.links == ["http://h.example/dir/rel", "http://h.example/abs",
                        "http://other.example/x?id=1", "http://h.example/area"]
+    # The drop list is the caller's (urls.drop_query_params): none, nothing dropped.
+    assert "http://other.example/x?utm_source=y&id=1" in parse_html(PAGE, URL).links
     assert p.canonical_url == "http://h.example/canonical"
     assert p.title == "A Title"
     assert "Hello world" in p.text and "var x" not in p.text and "no script" not in p.text

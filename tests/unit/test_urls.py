@@ -10,11 +10,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from udfs.core.urls import UrlPolicy, default_policy, host_key, normalize_url, split_host_key
+from udfs.config import load_config, load_defaults
+from udfs.core.urls import NO_DROPS, UrlPolicy, host_key, normalize_url, split_host_key
 
 DATA = Path(__file__).parent / "data"
 WHATWG = json.loads((DATA / "whatwg_http_urls.json").read_text(encoding="utf-8"))
-NO_DROPS = UrlPolicy()
+# The drop list of the defaults file, as the jobs build it from their configuration.
+CONFIGURED = UrlPolicy.from_names(load_config(env={})["urls.drop_query_params"])
 UNRESERVED = set("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~")
 
 
@@ -109,15 +111,33 @@ def test_rfc3986_resolution_examples(ref, expect):
     ("", None), ("http://", None), ("http://exa mple.com/", None), ("data:text/html,x", None),
 ])
 def test_our_normalization_rules(raw, expect):
-    assert normalize_url(raw) == expect
+    assert normalize_url(raw, policy=CONFIGURED) == expect
 
 
 def test_drop_list_comes_from_configuration():
-    assert default_policy().drops("utm_campaign") and default_policy().drops("JSESSIONID")
-    assert not default_policy().drops("id")
+    assert CONFIGURED.drops("utm_campaign") and CONFIGURED.drops("JSESSIONID")
+    assert not CONFIGURED.drops("id")
     custom = UrlPolicy.from_names(["ref"])
     assert normalize_url("http://e.com/?ref=1&utm_source=2", policy=custom) == \
         "http://e.com/?utm_source=2"
+    # No policy drops nothing: the core reads no configuration file of its own.
+    assert normalize_url("http://e.com/?utm_source=2") == "http://e.com/?utm_source=2"
+
+
+def test_the_core_reads_no_configuration():
+    """udfs.core must not import the configuration (it would read the defaults file and
+    tie the core to it: the import cycle config -> robots -> urls -> config)."""
+    import ast
+    import pathlib
+
+    core = pathlib.Path(__file__).resolve().parents[2] / "udfs" / "core"
+    for path in core.glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom):
+                assert node.module != "udfs.config", f"{path.name} imports udfs.config"
+            if isinstance(node, ast.Import):
+                assert all(a.name != "udfs.config" for a in node.names), path.name
+    assert load_defaults()["urls"]["drop_query_params"]
 
 
 def test_non_strings_give_none():

@@ -145,3 +145,22 @@ class AddressPolicy:
         if cls is AddressClass.PUBLIC:
             return None
         return f"address {ip} is {cls.value}"
+
+
+def literal_host(host_key: str) -> str | None:
+    """The IP address of a normalized URL's or host_key's host if it is an IP literal
+    ("127.0.0.1", "::1" from "[::1]"), else None. WHATWG parsing has already turned
+    every other IPv4 form (2130706433, 0x7f000001, 127.1, 0177.0.0.1) into dotted form."""
+    rest = host_key.split("://", 1)[-1].split("/", 1)[0].rsplit("@", 1)[-1]
+    if rest.startswith("["):
+        host = rest[1:rest.find("]")] if "]" in rest else rest[1:]
+    else:
+        host = rest.rsplit(":", 1)[0] if ":" in rest else rest
+    return host if parse_ip(host) is not None else None
+
+
+def url_address_refusal(url: str, policy: AddressPolicy) -> str | None:
+    """Why `policy` refuses a normalized URL whose host is an IP literal; None for host
+    names (their addresses are checked when they are resolved and connected to)."""
+    host = literal_host(url)
+    return None if host is None else policy.check(host)

@@ -12,7 +12,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from udfs.core.addresses import AddressPolicy, parse_ip
+from udfs.core.addresses import AddressPolicy
 from udfs.core.frontier import Kind, Outcome
 
 HTML_TYPES = ("text/html", "application/xhtml+xml")
@@ -137,7 +137,3 @@ class DnsCache:
     def store_failure(self, host: str, error: str, now: float) -> None:
         """A failed lookup is remembered briefly (negative cache)."""
         self._entries[host.lower()] = _DnsEntry((), now + self.limits.dns_negative_ttl_s, error)
-
-
-def is_ip_literal(host: str) -> bool:
-    return parse_ip(host) is not None

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from lxml import etree, html
 
 from udfs.core.fingerprints import simhash64, text_hash
-from udfs.core.urls import normalize_url, split_host_key
+from udfs.core.urls import UrlPolicy, normalize_url, split_host_key
 
 _CHARSET = re.compile(r"charset\s*=\s*[\"']?([A-Za-z0-9._:-]+)", re.I)
 _LINK_XPATH = etree.XPath("//a[@href] | //area[@href]")
@@ -74,8 +74,11 @@ def charset_of(content_type: str | None) -> str | None:
 
 def parse_html(body: bytes, url: str, *, headers: Mapping[str, str] | None = None,
                user_agent: str = "FlinkCrawler", max_bytes: int = 5 * 1024 * 1024,
-               max_links: int = 5000) -> ParsedPage:
-    """Parse one HTML page fetched from `url`. Never raises; problems go to `error`."""
+               max_links: int = 5000, url_policy: UrlPolicy | None = None) -> ParsedPage:
+    """Parse one HTML page fetched from `url`. Never raises; problems go to `error`.
+
+    Links and the canonical URL are normalized with `url_policy` (the configured
+    query parameters to drop; None drops nothing)."""
     headers = headers or {}
     page = ParsedPage()
     if len(body) > max_bytes:
@@ -104,12 +107,12 @@ def parse_html(body: bytes, url: str, *, headers: Mapping[str, str] | None = Non
     base = url
     for b in root.iter("base"):
         if b.get("href"):
-            base = normalize_url(b.get("href").strip(), url) or url
+            base = normalize_url(b.get("href").strip(), url, url_policy) or url
             break
     for link in root.iter("link"):
         rels = (link.get("rel") or "").lower().split()
         if "canonical" in rels and link.get("href"):
-            page.canonical_url = normalize_url(link.get("href").strip(), base)
+            page.canonical_url = normalize_url(link.get("href").strip(), base, url_policy)
             break
     title = root.find(".//title")
     if title is not None and title.text:
@@ -120,7 +123,7 @@ def parse_html(body: bytes, url: str, *, headers: Mapping[str, str] | None = Non
         for a in _LINK_XPATH(root):
             if "nofollow" in (a.get("rel") or "").lower().split():
                 continue
-            target = normalize_url(a.get("href").strip(), base)
+            target = normalize_url(a.get("href").strip(), base, url_policy)
             if target is None or target in seen:
                 continue
             if len(page.links) >= max_links:

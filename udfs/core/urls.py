@@ -7,7 +7,9 @@ relative references, lower-cases scheme and host, converts IDNs to punycode,
 drops default ports and removes dot segments. On top of that we decode
 percent-encoded unreserved characters, upper-case the remaining escapes, drop
 the fragment and userinfo, and remove only the query parameters the
-configured drop list names; everything else in the query keeps its order.
+drop list of the `UrlPolicy` the caller passes names (the shells build it from
+`urls.drop_query_params`; this module reads no configuration); everything else
+in the query keeps its order.
 """
 
 from __future__ import annotations
@@ -15,7 +17,6 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
-from functools import lru_cache
 
 from ada_url import URL
 from ada_url import join_url as _ada_join
@@ -51,12 +52,7 @@ class UrlPolicy:
         return cls(tuple(names))
 
 
-@lru_cache(maxsize=1)
-def default_policy() -> UrlPolicy:
-    """The policy of the defaults file (`urls.drop_query_params`)."""
-    from udfs.config import load_defaults
-
-    return UrlPolicy.from_names(load_defaults()["urls"]["drop_query_params"])
+NO_DROPS = UrlPolicy()
 
 
 def _fix_escapes(text: str) -> str:
@@ -100,7 +96,10 @@ def normalize_url(raw: str, base: str | None = None, policy: UrlPolicy | None = 
                   ) -> str | None:
     """The normalized absolute http(s) URL of `raw` (resolved against `base`), else None.
 
-    Never raises: anything that is not a valid http(s) URL gives None.
+    `policy` names the query (and path) parameters to drop; None drops nothing. Every
+    stage that decides a URL's identity (the frontier's intake, the parser, seeds,
+    sitemaps) passes the configured policy. Never raises: anything that is not a valid
+    http(s) URL gives None.
     """
     if not isinstance(raw, str) or (base is not None and not isinstance(base, str)):
         return None
@@ -124,11 +123,11 @@ def normalize_url(raw: str, base: str | None = None, policy: UrlPolicy | None = 
     if not host or host.startswith(":"):
         return None
     path, sep, query = path_query.partition("?")
-    path = _drop_path_params(_fix_escapes(path), default_policy() if policy is None else policy)
+    policy = NO_DROPS if policy is None else policy
+    path = _drop_path_params(_fix_escapes(path), policy)
     if sep:
         if query:
-            query = _filter_query(_fix_escapes(query), default_policy() if policy is None
-                                  else policy)
+            query = _filter_query(_fix_escapes(query), policy)
             sep = "?" if query else ""
         # else: an empty query is not the same resource as no query; keep the "?"
     return f"{scheme}{host}{path or '/'}{sep}{query}"
