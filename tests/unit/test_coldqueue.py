@@ -3,6 +3,8 @@ driven on a virtual clock through the same save/load path the frontier job uses.
 
 from __future__ import annotations
 
+import io
+import pickle
 from dataclasses import replace
 
 import pytest
@@ -164,3 +166,62 @@ def test_cold_urls_that_are_due_displace_resident_ones_that_are_not():
     leases, largest, _, _ = crawl(stores, c, t, until=t + 300.0)
     assert {lease.url for lease in leases} == {f"{H}/now/{i}" for i in range(50)}
     assert largest <= CAP
+
+
+class _NoClassesUnpickler(pickle.Unpickler):
+    """Loads builtin data only: any class reference (ours or not) fails."""
+
+    def find_class(self, module, name):
+        raise pickle.UnpicklingError(f"state refers to the class {module}.{name}")
+
+
+def _reload(value):
+    data = pickle.dumps(value)  # what PICKLED_BYTE_ARRAY keyed state stores
+    assert b"udfs" not in data
+    return _NoClassesUnpickler(io.BytesIO(data)).load()
+
+
+def test_keyed_state_holds_builtin_values_only_and_restores():
+    """A savepoint must not name a class of ours (renaming UrlStatus or moving a module
+    would make it unreadable): the host value, every URL, resident ids and cold segments
+    are builtin data, and the host restores from them."""
+    c, stores = cfg(), Stores()
+    h = stores.load(c)
+    for i in range(3 * CAP):
+        h.discover(f"{H}/p/{i}", 0.0, checked=True)
+    robots = h.poll(0.0)
+    h.complete(answer(robots), 0.5)
+    page = h.poll(h.next_allowed_at)
+    stores.save(h)
+    assert h.big and page is not None and page.lease_id in h.in_flight
+    plain = Stores()
+    plain.host = _reload(stores.host)
+    for src, dst in ((stores.urls, plain.urls), (stores.resident, plain.resident),
+                     (stores.segments, plain.segments)):
+        dst.update({k: _reload(v) for k, v in src.items()})
+    r = plain.load(c)
+    assert r.in_flight[page.lease_id].kind is Kind.PAGE and r.robots.status.value == "RULES"
+    assert r.urls[page.url_id].status.value == "LEASED" and r.check_invariants() == []
+    assert r.complete(answer(r.in_flight[page.lease_id]), 2.0).verdict.value == "accepted"
+
+
+def test_state_written_with_enum_members_still_restores():
+    """The previous build stored enum members (pickled by class path): still readable."""
+    from dataclasses import fields
+
+    from udfs.core.frontier import URL_FIELD_NAMES
+
+    c, stores = cfg(), Stores()
+    h = stores.load(c)
+    h.discover(f"{H}/a", 0.0, checked=True)
+    lease = h.poll(0.0)  # robots.txt, in flight
+    old = h.host_state()
+    old["in_flight"] = {k: {f.name: getattr(v, f.name) for f in fields(v)}
+                        for k, v in h.in_flight.items()}
+    old["robots"] = {f.name: getattr(h.robots, f.name) for f in fields(h.robots)}
+    old_urls = {uid: dict(zip(URL_FIELD_NAMES, (getattr(u, n) for n in URL_FIELD_NAMES),
+                              strict=True)) for uid, u in h.urls.items()}
+    assert any(isinstance(v["status"], UrlStatus) for v in old_urls.values())
+    r = HostFrontier.restore({**old, "urls": old_urls}, c)
+    assert r.in_flight[lease.lease_id].kind is Kind.ROBOTS and r.check_invariants() == []
+    assert all(isinstance(u.status, UrlStatus) for u in r.urls.values())

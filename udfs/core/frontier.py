@@ -21,9 +21,10 @@ from __future__ import annotations
 import heapq
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field, fields, replace
-from enum import StrEnum
+from enum import Enum, StrEnum
+from functools import cache
 from operator import attrgetter
-from typing import Any
+from typing import Any, get_type_hints
 
 from udfs.core.coldqueue import ColdIndex, ColdQueue, KeyValue
 from udfs.core.fingerprints import url_ids
@@ -835,7 +836,7 @@ class HostFrontier:
             if saved is None:
                 urls.remove(uid)
             else:  # by field name, so that a savepoint survives added or retired fields
-                urls.put(uid, dict(zip(URL_FIELD_NAMES, saved, strict=True)))
+                urls.put(uid, _saved_url(saved))
         assert self.cold is not None
         self.cold.flush()
         added, removed = self.resident_changes()
@@ -882,35 +883,63 @@ _URL_FIELDS = attrgetter(*URL_FIELD_NAMES)
 _URL_FIELD_SET = frozenset(URL_FIELD_NAMES)
 
 
+@cache
+def _enum_fields(cls: type) -> dict[str, type[Enum]]:
+    """The fields of a dataclass whose type is one of our enums (kept by value in state)."""
+    hints = get_type_hints(cls)
+    return {f.name: hints[f.name] for f in fields(cls)
+            if isinstance(hints[f.name], type) and issubclass(hints[f.name], Enum)}
+
+
+def _plain(value: Any) -> Any:
+    return value.value if isinstance(value, Enum) else value
+
+
 def _fields_of(record: Any) -> dict[str, Any]:
-    """A dataclass record as {field name: value} (values themselves are plain or enums)."""
-    return {f.name: getattr(record, f.name) for f in fields(record)}
+    """A dataclass record as {field name: value}, enums by their value: keyed state holds
+    builtin types only, so renaming or moving a class of ours never breaks a savepoint."""
+    return {f.name: _plain(getattr(record, f.name)) for f in fields(record)}
 
 
 def _from_fields(cls: type, saved: Any, added: set[str] | None = None, where: str = ""
                  ) -> Any:
     """Rebuild a record saved by field name: unknown (retired) fields are ignored, missing
-    (added) ones take their defaults and are noted in `added` as "where.name". A record
-    pickled whole by older code passes as is."""
+    (added) ones take their defaults and are noted in `added` as "where.name"; enums are
+    read back from their values (or taken as they are, from state written before enums
+    were stored by value). A record pickled whole by older code passes as is."""
     if saved is None or isinstance(saved, cls):
         return saved
     names = {f.name for f in fields(cls)}
     if added is not None:
         added.update(f"{where}.{n}" for n in names if n not in saved)
-    return cls(**{k: v for k, v in saved.items() if k in names})
+    values = {k: v for k, v in saved.items() if k in names}
+    for name, enum in _enum_fields(cls).items():
+        if values.get(name) is not None:
+            values[name] = enum(values[name])
+    return cls(**values)
 
 
 def url_to_saved(u: UrlState) -> dict[str, Any]:
-    """A URL state by field name, as keyed state stores it (see url_from_saved)."""
-    return dict(zip(URL_FIELD_NAMES, _URL_FIELDS(u), strict=True))
+    """A URL state by field name with plain values, as keyed state stores it (see
+    url_from_saved)."""
+    return _saved_url(_URL_FIELDS(u))
+
+
+def _saved_url(values: tuple) -> dict[str, Any]:
+    saved = dict(zip(URL_FIELD_NAMES, values, strict=True))
+    saved["status"] = saved["status"].value
+    saved["kind"] = saved["kind"].value
+    return saved
 
 
 def url_from_saved(saved: tuple | dict[str, Any]) -> UrlState:
     """A URL state from a snapshot: a tuple (in-process snapshots) or a dict by field name
     (keyed state, which must survive code changes: a field added later takes its default,
-    a retired one is ignored)."""
+    a retired one is ignored; enums come back from their values)."""
     if isinstance(saved, dict):
-        return UrlState(**{k: v for k, v in saved.items() if k in _URL_FIELD_SET})
+        u = UrlState(**{k: v for k, v in saved.items() if k in _URL_FIELD_SET})
+        u.status, u.kind = UrlStatus(u.status), Kind(u.kind)
+        return u
     return UrlState(*saved)
 
 
