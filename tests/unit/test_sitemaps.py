@@ -5,11 +5,19 @@ from __future__ import annotations
 import gzip
 import time
 import zlib
+from collections.abc import Iterator
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from udfs.core.sitemaps import MAX_BYTES, MAX_URLS, parse_lastmod, parse_sitemap
+from udfs.core.sitemaps import (
+    MAX_BYTES,
+    MAX_TEXT_LINE,
+    MAX_URLS,
+    parse_lastmod,
+    parse_sitemap,
+)
+from udfs.core.urls import UrlPolicy, normalize_url
 
 # The urlset and sitemap index examples of sitemaps.org's protocol page.
 SITEMAPS_ORG_URLSET = b"""<?xml version="1.0" encoding="UTF-8"?>
@@ -195,7 +203,7 @@ XML_BITS = st.sampled_from([b"<urlset>", b"</urlset>", b"<url>", b"</url>", b"<l
                             b"http://a.com/x", b"<lastmod>2005-01-01</lastmod>", b"&amp;", b"&x;",
                             b"<sitemapindex>", b"<sitemap>", b"<!DOCTYPE a>", b"\x00", b"<![CDATA[",
                             b"]]>", b"<?xml version='1.0'?>", b"\xff\xfe",
-                            b"<priority>2</priority>"])
+                            b"<priority>2</priority>", b"\n \t", b"\xef\xbb\xbf", b"\xef\xbb"])
 
 
 @settings(max_examples=300, deadline=None)
@@ -213,3 +221,134 @@ def test_extensions_nested_in_an_entry_do_not_replace_its_loc():
             b"<loc>http://a.com/page</loc></url></urlset>")
     r = parse_sitemap(data)
     assert r.ok and [e.url for e in r.entries] == ["http://a.com/page"]
+
+
+def test_whitespace_and_bom_before_the_xml_declaration():
+    # Blank lines before <?xml ...?> are common on real sites; libxml2 alone refuses them.
+    doc = SITEMAPS_ORG_URLSET
+    expected = [e.url for e in parse_sitemap(doc).entries]
+    bom = b"\xef\xbb\xbf"
+    split_bom = b" " * (64 * 1024 - 1) + bom  # the BOM straddles the first chunk boundary
+    for lead in (b"\n", b"\r\n\r\n", b" \t\n  ", bom + b"\n", bom + b"\r\n \t",
+                 b"\n" + bom + b"\n", b"\n" * 200_000, split_bom + b"\n"):
+        for data in (lead + doc, gzip.compress(lead + doc)):
+            r = parse_sitemap(data)
+            assert r.ok and r.kind == "urlset", (lead[:8], r.errors)
+            assert [e.url for e in r.entries] == expected
+    # The BOM is still what decides the encoding (libxml2 puts it above the declaration).
+    latin = '<?xml version="1.0" encoding="ISO-8859-1"?><urlset><url><loc>http://a.test/é</loc>' \
+            "</url></urlset>".encode()
+    for data in (bom + latin, bom + b"\n\n" + latin, gzip.compress(bom + b" \n" + latin)):
+        assert [e.url for e in parse_sitemap(data).entries] == ["http://a.test/%C3%A9"]
+    # A plain-text sitemap with a BOM keeps its first URL too.
+    r = parse_sitemap(bom + b"\n http://a.test/1\nhttp://a.test/2")
+    assert [e.url for e in r.entries] == ["http://a.test/1", "http://a.test/2"] and r.skipped == 0
+
+
+def test_leading_whitespace_keeps_the_protections():
+    xxe = (b'\n\n<?xml version="1.0"?><!DOCTYPE x [<!ENTITY e SYSTEM "file:///etc/passwd">]>'
+           b"<urlset><url><loc>http://a.com/&e;</loc><lastmod>&e;</lastmod></url></urlset>")
+    r = parse_sitemap(xxe)
+    assert r.entries == [] and "DOCTYPE" in r.errors[0] and all("root:" not in e for e in r.errors)
+    small = (b'\xef\xbb\xbf\r\n<!DOCTYPE x [<!ENTITY e "boom">]><urlset>'
+             b"<url><loc>http://a.com/&e;</loc></url><url><loc>http://a.com/ok</loc></url></urlset>")
+    r = parse_sitemap(small)
+    assert [e.url for e in r.entries] == ["http://a.com/ok"] and r.skipped == 1
+    # 200 MB of blank lines gzip to ~200 KB: read up to 50 MB, in flat memory, then refused.
+    comp = zlib.compressobj(9, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
+    block = b"\n" * (1024 * 1024)
+    bomb = b"".join([*(comp.compress(block) for _ in range(200)),
+                     comp.compress(b"<urlset><url><loc>http://a.com/x</loc></url></urlset>"),
+                     comp.flush()])
+    start = time.monotonic()
+    r = parse_sitemap(bomb)
+    assert time.monotonic() - start < 10
+    assert r.entries == [] and any("50 MB" in e for e in r.errors)
+    assert "empty sitemap" in r.errors
+
+
+_HEAD = (b'<?xml version="1.0" encoding="UTF-8"?>\n'
+         b'<urlset xmlns="http://www.sitemaps.org/schemas/sitemap/0.9">\n')
+_TAIL = b"</urlset>"  # no newline after it: a cut of even one byte breaks the closing tag
+_SLUG = b"a-rather-long-product-name-" * 36  # 936 bytes: URLs near 1,000 characters
+
+
+def _urlset_of_size(total: int) -> Iterator[bytes]:
+    """The pieces of a 50,000-URL urlset of exactly `total` bytes.
+
+    Each entry is a ~960-character URL (the protocol allows up to 2,048), a lastmod
+    and whitespace padding inside <url>, so 50,000 of them come to 50 MB.
+    """
+    per, extra = divmod(total - len(_HEAD) - len(_TAIL), MAX_URLS)
+    yield _HEAD
+    for i in range(MAX_URLS):
+        start = b"<url><loc>https://h.example/%05d/%s</loc><lastmod>2024-05-01</lastmod>" % (
+            i, _SLUG)
+        pad = per - len(start) - len(b"</url>\n") + (i < extra)
+        yield start + b" " * pad + b"</url>\n"
+    yield _TAIL
+
+
+def _gzipped(pieces: Iterator[bytes]) -> bytes:
+    comp = zlib.compressobj(6, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
+    return b"".join([*(comp.compress(p) for p in pieces), comp.flush()])
+
+
+def test_a_50_mb_sitemap_is_read_in_full_and_one_byte_more_is_cut():
+    # sitemaps.org: 50,000 URLs and 52,428,800 bytes uncompressed per file, both allowed.
+    assert MAX_BYTES == 52_428_800 and MAX_URLS == 50_000
+    first = "https://h.example/00000/" + _SLUG.decode()
+    last = "https://h.example/49999/" + _SLUG.decode()
+    at_limit = _gzipped(_urlset_of_size(MAX_BYTES))
+    assert len(gzip.decompress(at_limit)) == MAX_BYTES
+    plain = b"".join(_urlset_of_size(MAX_BYTES))
+    for data in (at_limit, plain):
+        r = parse_sitemap(data)
+        assert r.ok and r.kind == "urlset" and r.skipped == 0, r.errors
+        assert len(r.entries) == MAX_URLS
+        assert r.entries[0].url == first and r.entries[-1].url == last
+        assert r.entries[-1].lastmod_ms == ms("2024-05-01T00:00:00+00:00")
+    del plain
+    # One byte over: cut at 52,428,800 bytes, in "</urlset>", with an error that says so
+    # (the plain-bytes cut is in test_size_limit_and_gzip_bomb; one parse here is ~1.5 s).
+    r = parse_sitemap(_gzipped(_urlset_of_size(MAX_BYTES + 1)))
+    assert len(r.entries) == MAX_URLS and r.entries[-1].url == last
+    assert any("more than 50 MB uncompressed" in e for e in r.errors)
+    assert any("malformed XML" in e for e in r.errors)
+
+
+def test_url_policy_is_the_callers():
+    xml = b"<urlset><url><loc>https://a.test/p?utm_source=x&amp;id=1</loc></url>" \
+          b"<url><loc>/q?utm_source=x&amp;id=2</loc></url></urlset>"
+    index = b"<sitemapindex><sitemap><loc>https://a.test/p?utm_source=x&amp;id=1</loc>" \
+            b"</sitemap><sitemap><loc>/q?utm_source=x&amp;id=2</loc></sitemap></sitemapindex>"
+    text = b"https://a.test/p?utm_source=x&id=1\n/q?utm_source=x&id=2\n"
+    for data in (xml, gzip.compress(xml), index, text, gzip.compress(text)):
+        def urls(policy: UrlPolicy | None, data: bytes = data) -> list[str]:
+            r = parse_sitemap(data, base_url="https://a.test/sitemap.xml", url_policy=policy)
+            return [e.url for e in r.entries]
+
+        assert urls(UrlPolicy.from_names(["utm_*"])) == ["https://a.test/p?id=1",
+                                                         "https://a.test/q?id=2"]
+        assert urls(UrlPolicy()) == ["https://a.test/p?utm_source=x&id=1",
+                                     "https://a.test/q?utm_source=x&id=2"]
+        # No policy: what normalize_url does without one.
+        assert urls(None)[0] == normalize_url("https://a.test/p?utm_source=x&id=1")
+
+
+def test_an_overlong_text_line_is_skipped_in_linear_time():
+    long_url = b"http://a.test/" + b"a" * (MAX_TEXT_LINE - 14)
+    assert len(long_url) == MAX_TEXT_LINE
+    r = parse_sitemap(b"http://a.test/1\n" + long_url + b"\n" + long_url + b"a\nhttp://a.test/2")
+    assert [e.url for e in r.entries] == ["http://a.test/1", long_url.decode(), "http://a.test/2"]
+    assert r.skipped == 1
+    # One 49 MB line (a 50 KB gzip) took 36 s when it was buffered whole; skipped now.
+    comp = zlib.compressobj(9, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
+    data = b"".join([comp.compress(b"http://a.test/1\nhttp://a.test/"),
+                     *(comp.compress(b"a" * (1024 * 1024)) for _ in range(49)),
+                     comp.compress(b"\nhttp://a.test/2\n"), comp.flush()])
+    start = time.monotonic()
+    r = parse_sitemap(data)
+    assert time.monotonic() - start < 5
+    assert [e.url for e in r.entries] == ["http://a.test/1", "http://a.test/2"]
+    assert r.skipped == 1 and r.ok
