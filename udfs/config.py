@@ -106,6 +106,16 @@ def _static_hosts(v: list[str]) -> str | None:
     return None
 
 
+def _dns_servers(v: list[str]) -> str | None:
+    from udfs.ttl_resolver import parse_servers
+
+    try:
+        parse_servers(v)
+    except ValueError as exc:
+        return str(exc)
+    return None
+
+
 def _retention(v: int) -> str | None:
     return None if v == -1 or v >= 1 else "must be -1 (forever) or a positive number of ms"
 
@@ -178,6 +188,10 @@ _RULES: dict[str, Callable[[Any], str | None]] = {
     "fetch.max_body_bytes": _between(1024, 1 << 31),
     "fetch.max_decompressed_bytes": _between(1024, 1 << 32),
     "fetch.max_robots_bytes": _between(512 * 1024, 1 << 26),
+    "fetch.max_sitemap_bytes": _between(1 << 20, 50 * 1024 * 1024,
+                                        "the sitemaps.org limit is 50 MB uncompressed"),
+    "fetch.dns_servers": _dns_servers,
+    "fetch.dns_timeout_s": _between(0.1, 60),
     "fetch.dns_ttl_min_s": _between(0, 86400),
     "fetch.dns_ttl_max_s": _between(0, 86400 * 7),
     "fetch.dns_negative_ttl_s": _between(0, 86400),

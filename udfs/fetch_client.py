@@ -5,7 +5,8 @@ address policy is applied three times, from the earliest to the last moment:
 
 1. `fetch` refuses a URL whose host is an IP literal in a forbidden range before
    any connection is attempted (aiohttp never asks a resolver about an IP literal);
-2. the resolver answers from `fetch.static_hosts`, the DNS cache, or DNS, and
+2. the resolver answers from `fetch.static_hosts`, the DNS cache, or DNS (answers
+   cached for their TTL, `udfs.ttl_resolver`), and
    returns only addresses the policy allows, so aiohttp connects to exactly the
    address that was checked (no second lookup for DNS rebinding to exploit);
 3. every socket the connector opens comes from `guarded_socket_factory`, which
@@ -27,13 +28,13 @@ from dataclasses import dataclass, field
 
 import aiohttp
 from aiohttp.abc import AbstractResolver, ResolveResult
-from aiohttp.resolver import ThreadedResolver
 from yarl import URL
 
 from udfs.core.addresses import AddressPolicy, parse_ip, url_address_refusal
 from udfs.core.fetching import DnsCache, FetchLimits, classify, request_headers
 from udfs.core.frontier import Kind, Outcome
 from udfs.core.urls import normalize_url
+from udfs.ttl_resolver import TtlResolver
 
 # In every refusal's message: a refusal that aiohappyeyeballs folds into one OSError
 # with others ("Multiple exceptions: ...") is still recognised as one.
@@ -101,32 +102,55 @@ def literal_refusal(url: str, policy: AddressPolicy) -> str | None:
     return policy.check(host)
 
 
-class GuardedResolver(AbstractResolver):
-    """Resolve, then keep only addresses the SSRF policy allows."""
+# RFC 6761 section 6.3: these names are loopback, answered locally, never sent to DNS.
+LOCALHOST_ADDRESSES = ["127.0.0.1", "::1"]
 
-    def __init__(self, cache: DnsCache, clock=time.monotonic) -> None:
+
+def is_localhost_name(host: str) -> bool:
+    name = host.lower().rstrip(".")
+    return name == "localhost" or name.endswith(".localhost")
+
+
+class GuardedResolver(AbstractResolver):
+    """Resolve, then keep only addresses the SSRF policy allows.
+
+    Answers come from `fetch.static_hosts`, then the DNS cache, then DNS itself
+    (`udfs.ttl_resolver`: each answer is cached for its TTL, clamped to the configured
+    bounds); "localhost" names are loopback without a query (RFC 6761)."""
+
+    def __init__(self, cache: DnsCache, clock=time.monotonic,
+                 dns: Callable[[], TtlResolver] | None = None) -> None:
         self.cache = cache
         self.clock = clock
-        self._system: AbstractResolver | None = None  # made in the running loop, on first use
+        limits = cache.limits
+        self._make_dns = dns or (lambda: TtlResolver(limits.dns_servers, limits.dns_timeout_s))
+        self._dns: TtlResolver | None = None  # made on first use (reads /etc/resolv.conf)
+
+    async def _lookup(self, host: str) -> tuple[list[str], float | None]:
+        """(addresses, TTL) of a name not in the cache; raises OSError on failure."""
+        static = self.cache.static_answer(host)
+        if static is not None:
+            return static, None
+        if is_localhost_name(host):
+            return list(LOCALHOST_ADDRESSES), None
+        if parse_ip(host) is not None:  # aiohttp passes IP literals by; a caller might not
+            return [host.strip("[]")], None
+        if self._dns is None:
+            self._dns = self._make_dns()
+        answer = await self._dns.lookup(host)
+        return answer.addresses, answer.ttl_s
 
     async def resolve(self, host: str, port: int = 0,
                       family: socket.AddressFamily = socket.AF_INET) -> list[ResolveResult]:
         now = self.clock()
         entry = self.cache.cached(host, now)
         if entry is None:
-            static = self.cache.static_answer(host)
-            if static is not None:
-                addresses, refusal = self.cache.store(host, static, None, now)
-            else:
-                if self._system is None:
-                    self._system = ThreadedResolver()
-                try:
-                    answers = await self._system.resolve(host, port, family)
-                except OSError as exc:
-                    self.cache.store_failure(host, f"DNS: {exc}", now)
-                    raise
-                addresses, refusal = self.cache.store(
-                    host, [a["host"] for a in answers], None, now)
+            try:
+                answers, ttl = await self._lookup(host)
+            except OSError as exc:
+                self.cache.store_failure(host, f"DNS: {exc}", now)
+                raise
+            addresses, refusal = self.cache.store(host, answers, ttl, now)
             if not addresses:
                 raise _refusal(host, refusal or "no address")
         elif entry.error is not None:
@@ -140,8 +164,7 @@ class GuardedResolver(AbstractResolver):
                  "proto": 0, "flags": socket.AI_NUMERICHOST} for a in addresses]
 
     async def close(self) -> None:
-        if self._system is not None:
-            await self._system.close()
+        self._dns = None
 
 
 @dataclass
@@ -187,7 +210,7 @@ async def fetch(session: aiohttp.ClientSession, url: str, kind: Kind, limits: Fe
     refusal = literal_refusal(url, policy) if policy is not None else None
     if refusal is not None:  # an IP literal: no resolver is asked, so refuse it here
         return FetchResponse(Outcome.ADDRESS_BLOCKED, error=str(_refusal(url, refusal)))
-    cap = limits.body_limit(kind)
+    cap, wire_cap = limits.body_limit(kind), limits.wire_limit(kind)
     try:
         async with session.get(url, headers=request_headers(user_agent, etag, last_modified),
                                allow_redirects=False) as resp:
@@ -202,12 +225,14 @@ async def fetch(session: aiohttp.ClientSession, url: str, kind: Kind, limits: Fe
                     wire += len(chunk)
                     data = decoder.decompress(chunk, cap + 1 - len(out)) if decoder else chunk
                     out += data
-                    if wire > limits.max_body_bytes or len(out) > cap:
+                    if wire > wire_cap or len(out) > cap:
                         too_large = True
                         break
                 body = bytes(out[:cap])
                 if too_large and kind is not Kind.ROBOTS:
-                    outcome = Outcome.TOO_LARGE  # robots.txt: the first 512 KiB is what counts
+                    # robots.txt: the first 512 KiB is what counts; anything else is
+                    # refused whole, and nothing of it is kept.
+                    outcome, body = Outcome.TOO_LARGE, b""
             return FetchResponse(outcome, resp.status, headers, body, wire,
                                  time.monotonic() - start)
     except AddressRefused as exc:

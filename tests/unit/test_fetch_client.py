@@ -15,6 +15,7 @@ from udfs.core.addresses import AddressPolicy
 from udfs.core.fetching import DnsCache, FetchLimits
 from udfs.core.frontier import Kind, Outcome
 from udfs.fetch_client import GuardedResolver, fetch, make_session
+from udfs.ttl_resolver import DnsAnswer, DnsLookupError
 
 UA = "FlinkCrawler"
 LIMITS = replace(FetchLimits(), read_timeout_s=1.0, total_timeout_s=5.0,
@@ -67,13 +68,33 @@ def test_size_limits_bombs_and_timeouts(web):
     slow = site(web, feature="slow")
     huge, gz, late = run(fetch_all(loopback_cache(web), [
         web.host_key(big) + "/huge", web.host_key(bomb) + "/bomb", web.host_key(slow) + "/slow"]))
-    assert huge.outcome is Outcome.TOO_LARGE and len(huge.body) <= LIMITS.max_body_bytes
-    assert gz.outcome is Outcome.TOO_LARGE and len(gz.body) <= LIMITS.max_body_bytes
+    # Past max_body_bytes on the wire; the bomb past max_decompressed_bytes once decoded
+    # (its wire bytes stay far below the wire limit). Nothing of either is kept.
+    assert huge.outcome is Outcome.TOO_LARGE and huge.body == b""
+    assert huge.wire_bytes > LIMITS.max_body_bytes
+    assert gz.outcome is Outcome.TOO_LARGE and gz.body == b""
+    assert gz.wire_bytes < LIMITS.max_body_bytes
     assert late.outcome is Outcome.TIMEOUT
     # robots.txt over 512 KiB is cut, not refused.
     (robots,) = run(fetch_all(loopback_cache(web), [web.host_key(site(web, robots="huge")) +
                                                     "/robots.txt"], kind=Kind.ROBOTS))
     assert robots.outcome is Outcome.OK and len(robots.body) == LIMITS.max_robots_bytes
+
+
+def test_decompressed_limit_is_its_own_setting(web):
+    """fetch.max_decompressed_bytes, not max_body_bytes, caps a decoded page: a gzip page
+    that decodes to more than the wire limit but less than the decoded one is read."""
+    bomb = web.host_key(site(web, feature="bomb")) + "/bomb"
+    (small,) = run(fetch_all(loopback_cache(web), [bomb]))
+    wide = replace(LIMITS, max_decompressed_bytes=80 * 1024 * 1024)
+
+    async def go():
+        async with make_session(loopback_cache(web), wide) as session:
+            return await fetch(session, bomb, Kind.PAGE, wide, UA)
+
+    big = run(go())
+    assert small.outcome is Outcome.TOO_LARGE
+    assert big.outcome is Outcome.OK and len(big.body) > LIMITS.max_decompressed_bytes
 
 
 class RefuseEveryConnection(aiohttp.TCPConnector):
@@ -93,34 +114,38 @@ def test_loopback_is_refused_without_the_allowlist_and_nothing_connects(web):
     assert RefuseEveryConnection.attempts == []
 
 
-class FakeSystemResolver:
+class HostileDns:
     """What a hostile DNS server might answer (no real lookup happens)."""
 
-    def __init__(self, answers):
-        self.answers = answers
+    def __init__(self, answers, ttl_s=None):
+        self.answers, self.ttl_s = answers, ttl_s
 
-    async def resolve(self, host, port=0, family=0):
+    async def lookup(self, host):
         if isinstance(self.answers, Exception):
             raise self.answers
-        return [{"host": a} for a in self.answers]
+        return DnsAnswer(list(self.answers), self.ttl_s)
 
-    async def close(self):
-        pass
+
+def guarded(cache, dns):
+    """A GuardedResolver whose DNS is `dns` (swappable between calls)."""
+    holder = {"dns": dns}
+    resolver = GuardedResolver(cache, dns=lambda: holder["dns"])
+    return resolver, holder
 
 
 def test_dns_answers_are_filtered_and_private_or_metadata_never_connected():
     cache = DnsCache(AddressPolicy.from_networks([]), LIMITS)
-    resolver = GuardedResolver(cache)
-    resolver._system = FakeSystemResolver(["10.1.2.3", "169.254.169.254", "::1"])
+    resolver = GuardedResolver(cache, dns=lambda: HostileDns(["10.1.2.3", "169.254.169.254",
+                                                              "::1"]))
 
     async def go():
         with pytest.raises(OSError, match="private"):
             await resolver.resolve("evil.example", 80)
-        # Cached negatively: the second ask does not even reach the resolver.
-        resolver._system = FakeSystemResolver(["8.8.8.8"])
+        # Cached negatively: the second ask does not even reach DNS.
+        resolver._dns = HostileDns(["8.8.8.8"])
         with pytest.raises(OSError, match="cloud-metadata"):
             await resolver.resolve("evil.example", 80)
-        resolver._system = FakeSystemResolver(["93.184.216.34", "10.0.0.1"])
+        resolver._dns = HostileDns(["93.184.216.34", "10.0.0.1"])
         return await resolver.resolve("mixed.example", 80)
 
     answers = asyncio.run(go())
@@ -129,13 +154,60 @@ def test_dns_answers_are_filtered_and_private_or_metadata_never_connected():
 
 def test_dns_failure_becomes_dns_error():
     cache = DnsCache(AddressPolicy.from_networks([]), LIMITS)
-    resolver = GuardedResolver(cache)
-    resolver._system = FakeSystemResolver(OSError("Name or service not known"))
+    resolver = GuardedResolver(cache, dns=lambda: HostileDns(
+        DnsLookupError("DNS nx.example: NXDOMAIN")))
 
     async def go():
-        with pytest.raises(OSError, match="not known"):
+        with pytest.raises(OSError, match="NXDOMAIN"):
             await resolver.resolve("nx.example", 80)
         with pytest.raises(OSError, match="DNS:"):  # negative cache
             await resolver.resolve("nx.example", 80)
 
     asyncio.run(go())
+
+
+def test_localhost_names_are_loopback_without_a_query():
+    cache = DnsCache(AddressPolicy.from_networks([]), LIMITS)
+    resolver = GuardedResolver(cache, dns=lambda: pytest.fail("localhost went to DNS"))
+
+    async def go():
+        for name in ("localhost", "LOCALHOST.", "api.localhost"):
+            with pytest.raises(OSError, match="loopback"):
+                await resolver.resolve(name, 80)
+
+    asyncio.run(go())
+
+
+def test_answers_are_cached_for_their_ttl_from_a_real_dns_server():
+    """fetch.dns_servers pointed at a DNS server on loopback: the answer's TTL (77 s, the
+    smaller of A 123 and AAAA 77) is how long it is cached, within the configured bounds."""
+    from tests.unit.test_ttl_resolver import DnsServer
+
+    server = DnsServer()
+    try:
+        limits = replace(LIMITS, dns_servers=(f"127.0.0.1:{server.port}",), dns_timeout_s=1.0,
+                         dns_ttl_min_s=10.0, dns_ttl_max_s=100.0)
+        clock = [1000.0]
+        cache = DnsCache(AddressPolicy.from_networks(["127.0.0.0/8", "::1/128"]), limits)
+        resolver = GuardedResolver(cache, clock=lambda: clock[0])
+
+        async def ask(name):
+            return sorted(a["host"] for a in await resolver.resolve(name, 80))
+
+        async def go():
+            first = await ask("a.test")
+            asked = len(server.queries)
+            clock[0] += 76.0
+            await ask("a.test")  # within the TTL: from the cache
+            cached = len(server.queries) == asked
+            clock[0] += 2.0
+            await ask("a.test")  # past it: asked again
+            again = len(server.queries) > asked
+            await ask("chain.test")  # TTL 300 clamped to dns_ttl_max_s
+            return first, cached, again, cache.cached("chain.test", clock[0]).expires_at
+
+        first, cached, again, chain_expiry = asyncio.run(go())
+        assert first == ["127.0.0.1", "::1"] and cached and again
+        assert chain_expiry == clock[0] + 100.0
+    finally:
+        server.stop()

@@ -76,3 +76,49 @@ def test_robots_redirect_and_sitemaps(web, tmp_path):
         REG.encode("completion", c)
         for d in ds:
             REG.encode("discovered", d)
+
+
+def test_a_sitemap_larger_than_the_page_limit_is_read_whole(tmp_path):
+    """A 50,000-URL sitemap of ~20 MB (twice fetch.max_body_bytes of 10 MiB) served on
+    loopback is fetched and parsed in full: sitemaps have their own 50 MB limit. The
+    configured drop list reaches sitemap entries."""
+    from aiohttp import web as aioweb
+
+    from udfs.core.urls import UrlPolicy
+
+    entries = "".join(f"<url><loc>http://big.test/item/{i}?utm_source=s&amp;pad={'x' * 330}"
+                      f"</loc></url>\n" for i in range(50_000))
+    body = ('\n\n<?xml version="1.0" encoding="UTF-8"?>\n'  # blank lines first, as served
+            '<urlset xmlns="http://www.sitemaps.org/schemas/sitemap/0.9">\n'
+            f'{entries}</urlset>\n').encode()
+    assert len(body) > 2 * FetchLimits().max_body_bytes - 1_000_000
+
+    async def handler(request):
+        return aioweb.Response(body=body, content_type="application/xml")
+
+    async def go():
+        app = aioweb.Application()
+        app.router.add_get("/sitemap.xml", handler)
+        runner = aioweb.AppRunner(app)
+        await runner.setup()
+        site = aioweb.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        port = site._server.sockets[0].getsockname()[1]
+        limits = replace(FetchLimits(), total_timeout_s=30.0)
+        cache = DnsCache(AddressPolicy.from_networks(["127.0.0.1/32"]), limits,
+                         {"big.test": "127.0.0.1"})
+        try:
+            async with make_session(cache, limits) as session:
+                ctx = FetchContext(session, LocalStore(tmp_path), limits, "FlinkCrawler",
+                                   url_policy=UrlPolicy.from_names(["utm_*"]))
+                url = f"http://big.test:{port}/sitemap.xml"
+                return await process_lease(lease(url, f"http://big.test:{port}",
+                                                 kind="SITEMAP"), ctx)
+        finally:
+            await runner.cleanup()
+
+    completion, discovered = asyncio.run(go())
+    assert completion["outcome"] == "OK" and completion["error"] is None
+    assert completion["links_count"] == 50_000
+    links = [link["url"] for d in discovered for link in d["links"]]
+    assert len(links) == 50_000 and all("utm_source" not in u for u in links)

@@ -17,7 +17,10 @@ def test_limits_come_from_configuration_and_fit_inside_a_lease():
     assert FetchLimits() == LIMITS
     assert LIMITS.total_timeout_s < FrontierConfig.from_config(load_defaults()).lease_timeout_s
     assert LIMITS.body_limit(Kind.ROBOTS) == 512 * 1024
-    assert LIMITS.body_limit(Kind.PAGE) == 10 * 1024 * 1024
+    # A page: 10 MiB on the wire, 50 MiB once decoded; a sitemap: 50 MB both ways.
+    assert LIMITS.wire_limit(Kind.PAGE) == 10 * 1024 * 1024
+    assert LIMITS.body_limit(Kind.PAGE) == 50 * 1024 * 1024
+    assert LIMITS.wire_limit(Kind.SITEMAP) == LIMITS.body_limit(Kind.SITEMAP) == 52_428_800
 
 
 def test_conditional_get_prefers_etag():

@@ -31,16 +31,32 @@ class FetchLimits:
     max_body_bytes: int = 10 * 1024 * 1024  # read from the wire, then cut
     max_decompressed_bytes: int = 50 * 1024 * 1024
     max_robots_bytes: int = 512 * 1024
+    max_sitemap_bytes: int = 50 * 1024 * 1024
     dns_ttl_min_s: float = 60.0
     dns_ttl_max_s: float = 3600.0
     dns_negative_ttl_s: float = 30.0
+    dns_servers: tuple[str, ...] = ()  # empty: the system's (/etc/resolv.conf)
+    dns_timeout_s: float = 5.0
 
     @classmethod
     def from_config(cls, section: Mapping[str, Any]) -> FetchLimits:
-        return cls(**{k: section[k] for k in cls.__dataclass_fields__ if k in section})
+        return cls(**{k: tuple(section[k]) if isinstance(section[k], list) else section[k]
+                      for k in cls.__dataclass_fields__ if k in section})
+
+    def wire_limit(self, kind: Kind) -> int:
+        """Bytes read from the wire: a sitemap may be as large as its own limit."""
+        if kind is Kind.SITEMAP:
+            return max(self.max_body_bytes, self.max_sitemap_bytes)
+        return self.max_body_bytes
 
     def body_limit(self, kind: Kind) -> int:
-        return self.max_robots_bytes if kind is Kind.ROBOTS else self.max_body_bytes
+        """Bytes kept after HTTP content decoding: robots.txt is cut at its limit (the
+        rest is ignored), a sitemap at 50 MB, a page at max_decompressed_bytes."""
+        if kind is Kind.ROBOTS:
+            return self.max_robots_bytes
+        if kind is Kind.SITEMAP:
+            return self.max_sitemap_bytes
+        return self.max_decompressed_bytes
 
 
 def request_headers(user_agent: str, etag: str | None = None,
