@@ -21,6 +21,7 @@ import logging
 import pickle
 import time
 from collections import OrderedDict
+from dataclasses import replace
 from typing import Any
 
 from pyflink.common import Row, Types
@@ -32,6 +33,7 @@ from udfs.config import Config
 from udfs.core.addresses import AddressPolicy
 from udfs.core.fingerprints import band_keys, from_signed64, hamming
 from udfs.core.frontier import Acceptance, FrontierConfig, HostFrontier
+from udfs.core.traps import DailyBudget
 from udfs.core.urls import UrlPolicy, split_host_key
 from udfs.deadletter import dead_letter
 from udfs.frontier_io import (
@@ -71,6 +73,15 @@ def crawl_now(watermark_ms: int) -> float:
     if watermark_ms <= 0 or watermark_ms >= _CLOCK_LIMIT_MS:
         return wall
     return max(wall, watermark_ms / 1000.0)
+
+
+def parallel_subtasks(ctx) -> int:
+    """The operator's parallelism. In thread mode PyFlink 2.2's runtime context asks the
+    JVM for getNumberOfParallelSubtasks, which Flink 2 moved to getTaskInfo()."""
+    try:
+        return ctx.get_number_of_parallel_subtasks()
+    except AttributeError:
+        return ctx._runtime_context.getTaskInfo().getNumberOfParallelSubtasks()
 
 
 class Intake(ProcessFunction):
@@ -134,7 +145,12 @@ class FrontierFunction(KeyedProcessFunction):
         self.max_grants = max_grants_per_call
 
     def open(self, ctx) -> None:
-        self.cfg = FrontierConfig.from_config(self.cfg_data)
+        cfg = FrontierConfig.from_config(self.cfg_data)
+        # frontier.daily_fetch_budget is the job's: each subtask leases its share of it
+        # per UTC day (counted in this task's memory; see the defaults file).
+        share = -(-cfg.daily_fetch_budget // max(1, parallel_subtasks(ctx)))
+        self.cfg = replace(cfg, daily_fetch_budget=share)
+        self.fetch_budget = DailyBudget()
         self.reg = registry()
         bytes_ = Types.PICKLED_BYTE_ARRAY()
         self.host_state = ctx.get_state(ValueStateDescriptor("host", bytes_))
@@ -185,7 +201,7 @@ class FrontierFunction(KeyedProcessFunction):
     def _finish(self, h: HostFrontier, before: int, now: float, ctx):
         """Grant what the host allows now, save, and arm the next timer."""
         for _ in range(self.max_grants):
-            lease = h.poll(now)
+            lease = h.poll(now, self.fetch_budget)
             if lease is None:
                 break
             yield Row(h.host_key.encode(), self.reg.encode("lease", lease_record(lease),

@@ -1,6 +1,7 @@
 """The frontier job on a MiniCluster with real Kafka: seeds in, robots.txt leases first,
 page leases after robots.txt is answered, one index event per accepted version,
-dead letters for what cannot be read."""
+dead letters for what cannot be read or is refused by the address policy, the
+configured drop list of query parameters, and the daily fetch budget."""
 
 from __future__ import annotations
 
@@ -47,7 +48,9 @@ def test_frontier_job_end_to_end_on_kafka(cfg, fresh_topics, tmp_path):
     overrides = [f"topics.discovered.name={disc}", f"topics.leases.name={leases}",
                  f"topics.completions.name={comps}", f"topics.index.name={index}",
                  f"topics.deadletter.name={dlq}", "flink.checkpoint_interval_ms=1000",
-                 "flink.restart_strategy=none", "politeness.min_gap_s=0.2"]
+                 "flink.restart_strategy=none", "politeness.min_gap_s=0.2",
+                 # Only "ref" is dropped: utm_source is kept (a URL of its own).
+                 "urls.drop_query_params=[ref]", "frontier.daily_fetch_budget=6"]
     # Its own process group, output to a log file (a pipe nobody reads could fill up).
     job = JobProcess("frontier", overrides, tmp_path / "frontier.log")
     job.start()
@@ -59,7 +62,16 @@ def test_frontier_job_end_to_end_on_kafka(cfg, fresh_topics, tmp_path):
                     "links": [{"url": host + "/", "lastmod_ms": None, "priority": None},
                               {"url": host.upper() + ":80/page#x", "lastmod_ms": None,
                                "priority": None}]}
+            if host == HOSTS[2]:
+                seed["links"] += [{"url": host + u, "lastmod_ms": None, "priority": None}
+                                  for u in ("/page?ref=abc", "/page?utm_source=x", "/extra")]
             producer.send(disc, REG.encode("discovered", seed), key=host.encode())
+        # An IP-literal seed in a forbidden range: refused at intake, never leased.
+        literal = {"host_key": None, "source": "SEED", "parent_url": None, "depth": 0,
+                   "redirect_hops": 0, "discovered_at_ms": 0,
+                   "links": [{"url": "http://2130706433:9/", "lastmod_ms": None,
+                              "priority": None}]}
+        producer.send(disc, REG.encode("discovered", literal))
         producer.send(disc, b"garbage", key=b"x")
         bad_url = {"host_key": None, "source": "LINK", "parent_url": None, "depth": 1,
                    "redirect_hops": 0, "discovered_at_ms": 0,
@@ -73,8 +85,11 @@ def test_frontier_job_end_to_end_on_kafka(cfg, fresh_topics, tmp_path):
         assert set(robots) == set(HOSTS)
         assert all(rec["kind"] == "ROBOTS" and key == rec["host_key"].encode()
                    for key, rec in robots.values())
-        letters = Topic(cfg, dlq).wait("dead_letter", lambda s: len(s) >= 2)
-        assert sorted(rec["error_type"] for _, rec in letters) == ["AvroDecodeError", "InvalidUrl"]
+        letters = Topic(cfg, dlq).wait("dead_letter", lambda s: len(s) >= 3)
+        assert sorted(rec["error_type"] for _, rec in letters) == [
+            "ADDRESS_BLOCKED", "AvroDecodeError", "InvalidUrl"]
+        (blocked,) = [rec for _, rec in letters if rec["error_type"] == "ADDRESS_BLOCKED"]
+        assert blocked["url"] == "http://127.0.0.1:9/" and "loopback" in blocked["reason"]
 
         for host, (_, lease) in robots.items():
             body = b"User-agent: *\nDisallow: /page\n" if host == HOSTS[0] else b""
@@ -115,5 +130,23 @@ def test_frontier_job_end_to_end_on_kafka(cfg, fresh_topics, tmp_path):
         assert flags.count(None) == 1
         assert all(f in ids for f in flags if f is not None)
         assert all(f != rec["url_id"] for (_, rec), f in zip(events, flags, strict=True))
+
+        # c.test/page?ref=abc was the same URL as /page (ref is dropped), while
+        # /page?utm_source=x is a URL of its own: it is c's next lease.
+        for lease in second[3:]:
+            producer.send(comps, REG.encode("completion", completion_for(
+                lease, outcome="OK", http_status=200, body_sha256="c" * 64)),
+                key=lease["host_key"].encode())
+        producer.flush()
+        third = page_leases(lease_topic.wait("lease", lambda s: len(page_leases(s)) >= 6))
+        assert third[5]["url"] == "http://c.test/page?utm_source=x"
+        producer.send(comps, REG.encode("completion", completion_for(
+            third[5], outcome="OK", http_status=200, body_sha256="d" * 64)), key=b"http://c.test")
+        producer.flush()
+        # The daily budget (6 pages) is spent: c.test/extra is due but not leased.
+        time.sleep(5)
+        final = page_leases(lease_topic.wait("lease", lambda s: True, timeout_s=2))
+        assert len(final) == 6 and all(r["host_key"] != "http://127.0.0.1:9" for _, r in
+                                       lease_topic.seen)
     finally:
         job.stop()
