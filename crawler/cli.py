@@ -3,18 +3,25 @@
 from __future__ import annotations
 
 import argparse
+import math
+import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
+from urllib.parse import urlsplit
 
-from udfs.config import ConfigError, load_config
+from udfs.config import ENV_CONFIG_FILE, ConfigError, load_config
 
 _DESCRIPTION = """\
 A polite, recoverable web crawler on Apache Flink and Kafka.
 
 Configuration: every default is in udfs/crawler-default.yaml. Override with
 --config FILE (or CRAWL_CONFIG=FILE), CRAWL__SECTION__KEY=value environment
-variables, and --set section.key=value flags, in that order.
+variables, and --set section.key=value flags, in that order. --config and --set
+go before or after the command; every process a command starts gets them too.
+
+A bad argument, file or value stops the command before anything starts: one line
+on stderr naming it, exit status 2.
 """
 
 _EPILOG = """\
@@ -24,11 +31,247 @@ examples:
   crawl local down               stop what `local up` started
   crawl config show --set flink.parallelism=4
   crawl run --max-pages 100      crawl the bundled synthetic web, with progress
+  crawl run --seeds my-seeds.txt --sitemaps my-sitemaps.txt
   crawl seed https://example.com/ --set kafka.bootstrap_servers=broker:9092
+  crawl seed --sitemap https://example.com/sitemap.xml
   crawl schemas                  schema compatibility and the published-version lock
   crawl cluster up               a Flink session cluster on loopback
   crawl submit frontier          run a job on it; then savepoint / upgrade / rescale it
 """
+
+
+# -- input validation --------------------------------------------------------------------
+# The project's rule: a bad command-line argument is one line and exit 2, before anything
+# starts. Each check returns that line (without the "crawl <command>: " prefix) or None;
+# each command's `check` runs them in order and main() runs it before the command.
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+def _first(problems: Iterable[str | None]) -> str | None:
+    """The first problem of a lazily evaluated sequence of checks."""
+    return next((p for p in problems if p), None)
+
+
+def _label(flag: str, value: object) -> str:
+    return f"{flag}{value}" if flag.endswith("=") else f"{flag} {value}"
+
+
+def check_file(flag: str, path: str | os.PathLike[str] | None) -> str | None:
+    """A file that must exist and be readable."""
+    if path is None:
+        return None
+    try:
+        with open(path, "rb"):
+            return None
+    except FileNotFoundError:
+        why = "no such file"
+    except IsADirectoryError:
+        why = "is a directory, not a file"
+    except PermissionError:
+        why = "not readable (permission denied)"
+    except OSError as exc:
+        why = _one_line(exc.strerror or str(exc)).lower()
+    return f"{_label(flag, path)}: {why}"
+
+
+def check_url(flag: str, raw: str) -> str | None:
+    from udfs.core.urls import normalize_url
+
+    return None if normalize_url(raw) else f"{_label(flag, raw)}: not an http(s) URL"
+
+
+def check_url_file(flag: str, path: str | None) -> str | None:
+    """A readable UTF-8 file of URLs, one per line, with at least one http(s) URL (the
+    lines that are not are reported and skipped when it is used)."""
+    from crawler.run import url_lines
+    from udfs.core.urls import normalize_url
+
+    if path is None:
+        return None
+    problem = check_file(flag, path)
+    if problem:
+        return problem
+    try:
+        lines = url_lines(path)
+    except UnicodeDecodeError:
+        return f"{_label(flag, path)}: not UTF-8 text"
+    if not any(normalize_url(line) for line in lines):
+        return f"{_label(flag, path)}: no http(s) URL in it (one URL per line, # comments)"
+    return None
+
+
+def check_at_least(flag: str, value: int | None, lo: int) -> str | None:
+    if value is None or value >= lo:
+        return None
+    return f"{_label(flag, value)}: must be at least {lo}"
+
+
+def check_seconds(flag: str, value: float | None) -> str | None:
+    if value is None or (math.isfinite(value) and value > 0):
+        return None
+    return f"{_label(flag, f'{value:g}')}: must be a positive number of seconds"
+
+
+def check_state_dir(flag: str, path: str | None) -> str | None:
+    """A folder that may not exist yet (it is created), but is not a file."""
+    if path is None or not Path(path).exists() or Path(path).is_dir():
+        return None
+    return f"{_label(flag, path)}: not a directory"
+
+
+def check_build(flag: str, path: Path | None, job: str) -> str | None:
+    """Another build of the code: a folder with jobs/<job>.py, udfs/ and schemas/."""
+    if path is None:
+        return None
+    if not path.is_dir():
+        return f"{_label(flag, path)}: no such directory"
+    missing = [f"{d}/" for d in ("jobs", "udfs", "schemas") if not (path / d).is_dir()]
+    if missing:
+        return (f"{_label(flag, path)}: lacks {', '.join(missing)} "
+                "(a build holds jobs/, udfs/ and schemas/)")
+    if not (path / "jobs" / f"{job}.py").is_file():
+        return f"{_label(flag, path)}: no jobs/{job}.py"
+    return None
+
+
+def check_savepoint(flag: str, path: str | None) -> str | None:
+    # Only a local path of our own cluster can be checked here: a cluster named by
+    # FLINK_REST reads its own file system, and s3:// is read by the cluster.
+    if path is None or os.environ.get("FLINK_REST"):
+        return None
+    parts = urlsplit(path)
+    if parts.scheme not in ("", "file"):
+        return None
+    local = Path(parts.path if parts.scheme else path)
+    return None if local.exists() else f"{_label(flag, path)}: no such savepoint"
+
+
+def _parse_faults(text: str) -> tuple[str, ...]:
+    from crawler.simulate import FAULTS
+
+    return FAULTS if text == "all" else tuple(
+        f for f in text.split(",") if f and f != "none")
+
+
+def check_faults(flag: str, text: str) -> str | None:
+    from crawler.simulate import FAULTS
+
+    unknown = set(_parse_faults(text)) - set(FAULTS)
+    if not unknown:
+        return None
+    return f"{_label(flag, text)}: unknown faults {sorted(unknown)}; known: {', '.join(FAULTS)}"
+
+
+def check_assumptions(flag: str, path: str | None) -> str | None:
+    import yaml
+
+    from udfs.core.capacity import load_assumptions
+
+    if path is None:
+        return None
+    problem = check_file(flag, path)
+    if problem:
+        return problem
+    try:
+        load_assumptions(path)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
+        what = _one_line(getattr(exc, "problem", None) or str(exc))
+        return f"{_label(flag, path)}: not valid YAML: {what}{where}"
+    except (OSError, ValueError) as exc:
+        # load_assumptions names the file itself in some messages.
+        message = _one_line(str(exc)).removeprefix(f"{path}: ")
+        return f"{_label(flag, path)}: {message}"
+    return None
+
+
+def _derived_overrides(args: argparse.Namespace) -> list[tuple[str, str]]:
+    """(override, flag): the keys a command's own flags set, which must pass the key's
+    rules too (submit and rescale hand `flink.parallelism=N` to the job)."""
+    if args.command in ("submit", "rescale") and args.parallelism:
+        flag = "--parallelism" if args.command == "submit" else "parallelism"
+        return [(f"flink.parallelism={args.parallelism}", _label(flag, args.parallelism))]
+    if args.command == "cluster" and args.taskmanagers:
+        return [(f"cluster.taskmanagers={args.taskmanagers}",
+                 _label("--taskmanagers", args.taskmanagers))]
+    return []
+
+
+def check_config(args: argparse.Namespace) -> str | None:
+    """CRAWL_CONFIG, the --config files, CRAWL__ variables and --set: every command."""
+    env_file = os.environ.get(ENV_CONFIG_FILE)
+    problem = _first([check_file(f"{ENV_CONFIG_FILE}=", env_file) if env_file else None,
+                      *(check_file("--config", f) for f in args.config)])
+    if problem:
+        return problem
+    try:
+        load_config(args.config, overrides=args.set)
+    except ConfigError as exc:
+        return f"configuration error: {_one_line(str(exc))}"
+    for override, flag in _derived_overrides(args):
+        try:
+            load_config(args.config, overrides=[*args.set, override])
+        except ConfigError as exc:
+            return f"{flag}: {_one_line(str(exc)).replace(f' (from --set {override})', '')}"
+    return None
+
+
+def _check_nothing(args: argparse.Namespace) -> str | None:
+    return None
+
+
+def _check_local(args: argparse.Namespace) -> str | None:
+    return check_state_dir("--state-dir", args.state_dir)
+
+
+def _check_cluster(args: argparse.Namespace) -> str | None:
+    return check_at_least("--taskmanagers", args.taskmanagers, 1)
+
+
+def _check_job(args: argparse.Namespace) -> str | None:
+    """submit / savepoint / upgrade / rescale."""
+    flag = "--parallelism" if args.command == "submit" else "parallelism"
+    return (check_at_least(flag, getattr(args, "parallelism", None), 1)
+            or check_savepoint("--from-savepoint", getattr(args, "from_savepoint", None))
+            or check_build("--build", getattr(args, "build", None), args.job))
+
+
+def _check_seed(args: argparse.Namespace) -> str | None:
+    if not (args.urls or args.file or args.sitemap):
+        return "give URLs, --file F or --sitemap URL"
+    return (_first(check_url("URL", u) for u in args.urls)
+            or _first(check_url("--sitemap", u) for u in args.sitemap)
+            or check_url_file("--file", args.file))
+
+
+def _check_run(args: argparse.Namespace) -> str | None:
+    return (check_url_file("--seeds", args.seeds)
+            or check_url_file("--sitemaps", args.sitemaps)
+            or check_at_least("--max-pages", args.max_pages, 1)
+            or check_seconds("--duration", args.duration)
+            or check_at_least("--sites", args.sites, 1)
+            or check_state_dir("--state-dir", args.state_dir))
+
+
+def _check_plan(args: argparse.Namespace) -> str | None:
+    return check_assumptions("--assumptions", args.assumptions)
+
+
+def _check_simulate(args: argparse.Namespace) -> str | None:
+    return (check_at_least("--hosts", args.hosts, 1)
+            or check_at_least("--fetches", args.fetches, 1)
+            or check_faults("--faults", args.faults))
+
+
+def validate(args: argparse.Namespace) -> str | None:
+    """The first problem with the parsed arguments of a command, or None: its own
+    arguments, then the configuration every command reads."""
+    check: Callable[[argparse.Namespace], str | None] = getattr(args, "check", _check_nothing)
+    return check(args) or check_config(args)
 
 
 def _cmd_local(args: argparse.Namespace) -> int:
@@ -79,7 +322,8 @@ def _cmd_job(args: argparse.Namespace) -> int:
 
     cfg = load_config(args.config, overrides=args.set)
     cluster = Cluster(cfg)
-    job_args = [a for f in args.config for a in ("--config", f)] + \
+    # Absolute paths: the flink client runs the job's script, not from our folder.
+    job_args = [a for f in args.config for a in ("--config", str(Path(f).resolve()))] + \
         [a for o in args.set for a in ("--set", o)]
     if args.command == "submit":
         jid = cluster.submit(args.job, job_args, parallelism=args.parallelism,
@@ -155,11 +399,7 @@ def _cmd_plan(args: argparse.Namespace) -> int:
 
     from udfs.core.capacity import load_assumptions, plan, render
 
-    try:
-        figures = plan(load_assumptions(args.assumptions))
-    except (OSError, ValueError) as exc:
-        print(f"crawl plan: {exc}", file=sys.stderr)
-        return 2
+    figures = plan(load_assumptions(args.assumptions))  # checked by check_assumptions
     if args.json:
         print(json.dumps({f.name: {"value": f.value, "unit": f.unit} for f in figures},
                          indent=2))
@@ -169,17 +409,10 @@ def _cmd_plan(args: argparse.Namespace) -> int:
 
 
 def _cmd_simulate(args: argparse.Namespace) -> int:
-    from crawler.simulate import FAULTS, SimConfig, main_line
+    from crawler.simulate import SimConfig, main_line
 
-    faults = FAULTS if args.faults == "all" else tuple(
-        f for f in args.faults.split(",") if f and f != "none")
-    unknown = set(faults) - set(FAULTS)
-    if unknown:
-        print(f"crawl simulate: unknown faults {sorted(unknown)}; known: {', '.join(FAULTS)}",
-              file=sys.stderr)
-        return 2
     line = main_line(SimConfig(hosts=args.hosts, fetches=args.fetches, seed=args.seed,
-                               faults=faults))
+                               faults=_parse_faults(args.faults)))
     print(line)
     import json
 
@@ -190,31 +423,30 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
 
 
 def _cmd_seed(args: argparse.Namespace) -> int:
-    from crawler.run import publish_seeds
+    from crawler.run import publish_seeds, url_lines
 
     cfg = load_config(args.config, overrides=args.set)
-    urls = list(args.urls)
-    if args.file:
-        urls += open(args.file, encoding="utf-8").read().splitlines()
-    if not urls:
-        print("crawl seed: give URLs or --file", file=sys.stderr)
-        return 2
+    urls = list(args.urls) + (url_lines(args.file) if args.file else [])
     sent, bad = publish_seeds(cfg, urls)
-    print(f"seeded {sent} URLs to {cfg.topic('discovered')}")
-    for raw in bad:
+    sent_maps, _ = publish_seeds(cfg, args.sitemap, source="SEED_SITEMAP")  # all checked
+    print(f"seeded {sent} URLs" + (f" and {sent_maps} sitemaps" if args.sitemap else "")
+          + f" to {cfg.topic('discovered')}")
+    for raw in bad:  # lines of --file (arguments were checked)
         print(f"not an http(s) URL, skipped: {raw}", file=sys.stderr)
-    return 0 if sent else 1
+    return 0 if sent or sent_maps else 1
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
     from crawler.run import run
 
     return run(args.config, args.set, args.seeds, args.max_pages, args.duration, args.sites,
-               args.state_dir)
+               args.state_dir, sitemaps_file=args.sitemaps)
 
 
 BUILD_HELP = ("run another build of the code: a directory with jobs/, udfs/ and schemas/ "
               "(default: this checkout)")
+_CONFIG_HELP = "YAML file overriding defaults (repeatable; later files win)"
+_SET_HELP = "override one key, e.g. --set kafka.bootstrap_servers=h:9092"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -222,120 +454,138 @@ def build_parser() -> argparse.ArgumentParser:
         prog="crawl", description=_DESCRIPTION, epilog=_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--config", action="append", default=[], metavar="FILE",
-                        help="YAML file overriding defaults (repeatable; later files win)")
+                        help=_CONFIG_HELP)
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                        help="override one key, e.g. --set kafka.bootstrap_servers=h:9092")
+                        help=_SET_HELP)
+    # The same two after the command (`crawl run --set k=v`), in their own dests so
+    # they add to those before it instead of replacing them; parse_args() merges them.
+    after = argparse.ArgumentParser(add_help=False)
+    after.add_argument("--config", action="append", dest="config_after",
+                       default=argparse.SUPPRESS, metavar="FILE", help=_CONFIG_HELP)
+    after.add_argument("--set", action="append", dest="set_after",
+                       default=argparse.SUPPRESS, metavar="KEY=VALUE", help=_SET_HELP)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
-    p = sub.add_parser("local", help="start, stop or inspect the local Kafka broker and S3 server",
-                       description="A single-node KRaft Kafka broker and a SeaweedFS S3 server on "
-                       "loopback, for development and tests. `up` downloads what it needs once, "
-                       "formats Kafka's storage on first start, waits until both are ready, and "
-                       "creates the topics and the bucket; running it again starts nothing new. "
-                       "`down` stops only the processes `up` started (by PID file). "
-                       "`status` exits 0 when both run, 3 otherwise.")
+    def command(name: str, **kw) -> argparse.ArgumentParser:
+        return sub.add_parser(name, parents=[after], **kw)
+
+    p = command("local", help="start, stop or inspect the local Kafka broker and S3 server",
+                description="A single-node KRaft Kafka broker and a SeaweedFS S3 server on "
+                "loopback, for development and tests. `up` downloads what it needs once, "
+                "formats Kafka's storage on first start, waits until both are ready, and "
+                "creates the topics and the bucket; running it again starts nothing new. "
+                "`down` stops only the processes `up` started (by PID file). "
+                "`status` exits 0 when both run, 3 otherwise.")
     p.add_argument("action", choices=["up", "down", "status"])
     p.add_argument("--state-dir", metavar="DIR",
                    help="folder for data, logs and PID files (default: local.state_dir)")
-    p.set_defaults(func=_cmd_local)
+    p.set_defaults(func=_cmd_local, check=_check_local)
 
-    p = sub.add_parser("cluster", help="start, stop or inspect a local Flink session cluster",
-                       description="A standalone Flink session cluster (one JobManager, "
-                       "cluster.taskmanagers TaskManagers) on 127.0.0.1, from the apache-flink "
-                       "pip distribution, for the recovery procedures and their tests. State, "
-                       "logs, savepoints and PID files under <local.state_dir>/cluster. "
-                       "`status` exits 0 when the JobManager runs, 3 otherwise.")
+    p = command("cluster", help="start, stop or inspect a local Flink session cluster",
+                description="A standalone Flink session cluster (one JobManager, "
+                "cluster.taskmanagers TaskManagers) on 127.0.0.1, from the apache-flink "
+                "pip distribution, for the recovery procedures and their tests. State, "
+                "logs, savepoints and PID files under <local.state_dir>/cluster. "
+                "`status` exits 0 when the JobManager runs, 3 otherwise.")
     p.add_argument("action", choices=["up", "down", "status"])
     p.add_argument("--taskmanagers", type=int, metavar="N",
                    help="TaskManagers to start (default: cluster.taskmanagers)")
-    p.set_defaults(func=_cmd_cluster)
+    p.set_defaults(func=_cmd_cluster, check=_check_cluster)
 
     jobs = ["frontier", "fetcher"]
-    p = sub.add_parser("submit", help="submit a job to the session cluster (flink run -d)",
-                       description="Run jobs/<job>.py detached on the cluster at "
-                       "cluster.rest_port (or FLINK_REST=host:port), with this command's "
-                       "--config and --set passed to the job.")
+    p = command("submit", help="submit a job to the session cluster (flink run -d)",
+                description="Run jobs/<job>.py detached on the cluster at "
+                "cluster.rest_port (or FLINK_REST=host:port), with this command's "
+                "--config and --set passed to the job.")
     p.add_argument("job", choices=jobs)
     p.add_argument("--parallelism", type=int, metavar="N")
     p.add_argument("--from-savepoint", metavar="PATH", help="restore from this savepoint")
     p.add_argument("--build", type=Path, metavar="DIR", help=BUILD_HELP)
-    p.set_defaults(func=_cmd_job)
-    p = sub.add_parser("savepoint", help="take a savepoint of a running job (flink savepoint)",
-                       description="Trigger a savepoint of the running job into "
-                       "<local.state_dir>/cluster/savepoints and print its path.")
+    p.set_defaults(func=_cmd_job, check=_check_job)
+    p = command("savepoint", help="take a savepoint of a running job (flink savepoint)",
+                description="Trigger a savepoint of the running job into "
+                "<local.state_dir>/cluster/savepoints and print its path.")
     p.add_argument("job", choices=jobs)
-    p.set_defaults(func=_cmd_job)
-    p = sub.add_parser("upgrade", help="stop a job with a savepoint and resubmit it from it",
-                       description="flink stop --savepointPath, then flink run -s with the "
-                       "current code and this command's --config/--set: the upgrade path.")
+    p.set_defaults(func=_cmd_job, check=_check_job)
+    p = command("upgrade", help="stop a job with a savepoint and resubmit it from it",
+                description="flink stop --savepointPath, then flink run -s with the "
+                "current code and this command's --config/--set: the upgrade path.")
     p.add_argument("job", choices=jobs)
     p.add_argument("--build", type=Path, metavar="DIR", help=BUILD_HELP)
-    p.set_defaults(func=_cmd_job)
-    p = sub.add_parser("rescale", help="change a job's parallelism through a savepoint",
-                       description="As `upgrade`, resubmitting with parallelism N (keyed "
-                       "state is redistributed by key group; each host keeps one owner).")
+    p.set_defaults(func=_cmd_job, check=_check_job)
+    p = command("rescale", help="change a job's parallelism through a savepoint",
+                description="As `upgrade`, resubmitting with parallelism N (keyed "
+                "state is redistributed by key group; each host keeps one owner).")
     p.add_argument("job", choices=jobs)
     p.add_argument("parallelism", type=int)
-    p.set_defaults(func=_cmd_job)
+    p.set_defaults(func=_cmd_job, check=_check_job)
 
-    p = sub.add_parser("deps", help="download the Kafka broker and the Flink Kafka connector jar",
-                       description="Fetch org.apache.kafka:kafka_2.13 with its runtime "
-                       "dependencies and the shaded flink-sql-connector-kafka jar from Maven "
-                       "Central into the cache folder (CRAWL_CACHE_DIR, default .cache). "
-                       "Idempotent.")
+    p = command("deps", help="download the Kafka broker and the Flink Kafka connector jar",
+                description="Fetch org.apache.kafka:kafka_2.13 with its runtime "
+                "dependencies and the shaded flink-sql-connector-kafka jar from Maven "
+                "Central into the cache folder (CRAWL_CACHE_DIR, default .cache). "
+                "Idempotent.")
     p.set_defaults(func=_cmd_deps)
 
-    p = sub.add_parser("topics", help="create the configured topics, or list the broker's topics",
-                       description="`create` makes every topic of the `topics` section that is "
-                       "missing, with its partitions and retention; `list` shows the topics.")
+    p = command("topics", help="create the configured topics, or list the broker's topics",
+                description="`create` makes every topic of the `topics` section that is "
+                "missing, with its partitions and retention; `list` shows the topics.")
     p.add_argument("action", choices=["create", "list"])
     p.set_defaults(func=_cmd_topics)
 
-    p = sub.add_parser("config", help="print the effective configuration, or check it",
-                       description="`show` prints the configuration after every override; "
-                       "`check` only validates it (exit 2 with the key on error).")
+    p = command("config", help="print the effective configuration, or check it",
+                description="`show` prints the configuration after every override; "
+                "`check` only validates it (exit 2 with the key on error).")
     p.add_argument("action", choices=["show", "check"])
     p.set_defaults(func=_cmd_config)
 
-    p = sub.add_parser("seed", help="publish seed URLs to the discovered topic",
-                       description="Normalize the URLs and send them to crawl.discovered, one "
-                       "record per host, keyed by host_key. Inputs that are not http(s) URLs "
-                       "are reported and skipped.")
+    p = command("seed", help="publish seed URLs and sitemaps to the discovered topic",
+                description="Normalize the URLs and send them to crawl.discovered, one "
+                "record per host, keyed by host_key: pages with source SEED, sitemaps "
+                "(--sitemap) with source SEED_SITEMAP (the frontier reads them as "
+                "sitemaps and seeds their entries). An argument that is not an http(s) "
+                "URL stops the command (exit 2); such lines of --file are reported and "
+                "skipped.")
     p.add_argument("urls", nargs="*", metavar="URL")
     p.add_argument("--file", metavar="F", help="a file of URLs, one per line (# comments)")
-    p.set_defaults(func=_cmd_seed)
+    p.add_argument("--sitemap", action="append", default=[], metavar="URL",
+                   help="a sitemap (or sitemap index) URL to read as seeds (repeatable)")
+    p.set_defaults(func=_cmd_seed, check=_check_seed)
 
-    p = sub.add_parser("run", help="run a crawl locally: stack, both jobs, seeds, progress",
-                       description="Starts the local stack (if needed), the frontier and "
-                       "fetcher jobs (local MiniClusters), publishes the seeds and shows "
-                       "progress until --max-pages or --duration or Ctrl-C, then stops "
-                       "everything it started and prints a summary and where the output is. "
-                       "Without --seeds it crawls the bundled synthetic web on 127.0.0.1 "
-                       "(loopback is allowed for that run only).")
-    p.add_argument("--seeds", metavar="F", help="file of seed URLs (default: synthetic web)")
+    p = command("run", help="run a crawl locally: stack, both jobs, seeds, progress",
+                description="Starts the local stack (if needed), the frontier and "
+                "fetcher jobs (local MiniClusters), publishes the seeds and shows "
+                "progress until --max-pages or --duration or Ctrl-C, then stops "
+                "everything it started and prints a summary and where the output is. "
+                "Without --seeds or --sitemaps it crawls the bundled synthetic web on "
+                "127.0.0.1 (loopback is allowed for that run only).")
+    p.add_argument("--seeds", metavar="F", help="file of seed URLs, one per line "
+                   "(default: synthetic web)")
+    p.add_argument("--sitemaps", metavar="F", help="file of sitemap URLs, one per line, "
+                   "read as seeds (source SEED_SITEMAP)")
     p.add_argument("--max-pages", type=int, default=200, help="stop after this many pages")
     p.add_argument("--duration", type=float, default=600.0, metavar="SECONDS",
                    help="stop after this long (default 600)")
     p.add_argument("--sites", type=int, default=8, help="synthetic web sites (default 8)")
     p.add_argument("--state-dir", metavar="DIR", help="local stack folder")
-    p.set_defaults(func=_cmd_run)
+    p.set_defaults(func=_cmd_run, check=_check_run)
 
-    p = sub.add_parser("plan", help="print the capacity model derived from assumptions",
-                       description="The design's arithmetic from a YAML of assumptions "
-                       "(defaults: udfs/capacity-assumptions.yaml): fetch rates, revisits per "
-                       "day, ingress, URL state, Bloom filter size, fingerprint collisions, "
-                       "back queues, connections in flight (Little's law), fetcher and parser "
-                       "slots.")
+    p = command("plan", help="print the capacity model derived from assumptions",
+                description="The design's arithmetic from a YAML of assumptions "
+                "(defaults: udfs/capacity-assumptions.yaml): fetch rates, revisits per "
+                "day, ingress, URL state, Bloom filter size, fingerprint collisions, "
+                "back queues, connections in flight (Little's law), fetcher and parser "
+                "slots.")
     p.add_argument("--assumptions", metavar="FILE",
                    help="YAML overriding some assumptions (unknown keys are refused)")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
-    p.set_defaults(func=_cmd_plan)
+    p.set_defaults(func=_cmd_plan, check=_check_plan)
 
-    p = sub.add_parser("simulate", help="run the deterministic scheduling simulation",
-                       description="The frontier core against a synthetic web on a virtual "
-                       "clock, with injected faults; prints one JSON line (fetches, "
-                       "violations, lost_urls, double_completions, eligibility lag). The same "
-                       "seed gives the same line. Exit 1 if any invariant is broken.")
+    p = command("simulate", help="run the deterministic scheduling simulation",
+                description="The frontier core against a synthetic web on a virtual "
+                "clock, with injected faults; prints one JSON line (fetches, "
+                "violations, lost_urls, double_completions, eligibility lag). The same "
+                "seed gives the same line. Exit 1 if any invariant is broken.")
     p.add_argument("--hosts", type=int, default=1000, help="number of hosts (default 1000)")
     p.add_argument("--fetches", type=int, default=100_000,
                    help="stop after this many requests (default 100000)")
@@ -343,22 +593,36 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--faults", default="all", metavar="LIST",
                    help="comma-separated faults, 'all' (default) or 'none': lost_completion, "
                    "duplicate_completion, lease_expiry, robots_5xx, crash")
-    p.set_defaults(func=_cmd_simulate)
+    p.set_defaults(func=_cmd_simulate, check=_check_simulate)
 
-    p = sub.add_parser("schemas", help="check the Avro schemas' compatibility and version lock",
-                       description="Every schema's newest version must read data written with "
-                       "each earlier version, and published versions must be unchanged "
-                       "(schemas/fingerprints.lock).")
+    p = command("schemas", help="check the Avro schemas' compatibility and version lock",
+                description="Every schema's newest version must read data written with "
+                "each earlier version, and published versions must be unchanged "
+                "(schemas/fingerprints.lock).")
     p.set_defaults(func=_cmd_schemas)
     return parser
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    """The parsed command line; --config and --set after the command come after (and win
+    over) those before it."""
     args = build_parser().parse_args(argv)
+    args.config = [*args.config, *vars(args).pop("config_after", [])]
+    args.set = [*args.set, *vars(args).pop("set_after", [])]
+    return args
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    problem = validate(args)
+    if problem:
+        print(f"crawl {args.command}: {problem}", file=sys.stderr)
+        return 2
     try:
         return args.func(args)
-    except ConfigError as exc:
-        print(f"crawl: configuration error: {exc}", file=sys.stderr)
+    except ConfigError as exc:  # validated above; a command's own derived settings
+        print(f"crawl {args.command}: configuration error: {_one_line(str(exc))}",
+              file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130

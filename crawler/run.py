@@ -20,29 +20,46 @@ from pathlib import Path
 from udfs.avro import registry
 from udfs.config import Config, load_config
 from udfs.core.parse import group_by_host
-from udfs.core.urls import normalize_url
+from udfs.core.urls import UrlPolicy, normalize_url
+
+# What an operator may seed: pages, and sitemap files (the frontier reads those as
+# sitemaps and seeds their entries; see udfs/frontier_io.py).
+SEED_SOURCES = ("SEED", "SEED_SITEMAP")
 
 
-def publish_seeds(cfg: Config, urls: Iterable[str]) -> tuple[int, list[str]]:
-    """Send seeds to crawl.discovered, one record per host (key host_key).
+def url_lines(path: str | os.PathLike[str]) -> list[str]:
+    """The entries of a file of URLs: one per line, blank lines and # comments skipped."""
+    with open(path, encoding="utf-8-sig") as fh:  # a BOM (some editors write one) is not a URL
+        return [s for line in fh if (s := line.strip()) and not s.startswith("#")]
+
+
+def publish_seeds(cfg: Config, urls: Iterable[str], source: str = "SEED"
+                  ) -> tuple[int, list[str]]:
+    """Send seeds to crawl.discovered, one record per host (key host_key). `source`:
+    "SEED" for pages, "SEED_SITEMAP" for sitemap files.
 
     Returns (URLs sent, inputs that are not http(s) URLs)."""
     from kafka import KafkaProducer
 
+    if source not in SEED_SOURCES:
+        raise ValueError(f"source must be one of {', '.join(SEED_SOURCES)}, got {source!r}")
     reg = registry()
+    policy = UrlPolicy.from_names(cfg["urls.drop_query_params"])
     good, bad = [], []
     for raw in urls:
         raw = raw.strip()
         if not raw or raw.startswith("#"):
             continue
-        url = normalize_url(raw)
+        url = normalize_url(raw, policy=policy)
         (good if url else bad).append(url or raw)
+    if not good:  # nothing to send: no connection to Kafka either
+        return 0, bad
     producer = KafkaProducer(bootstrap_servers=cfg["kafka.bootstrap_servers"],
                              request_timeout_ms=cfg["kafka.request_timeout_ms"])
     try:
         now = int(time.time() * 1000)
         for host_key, host_urls in group_by_host(good).items():
-            record = {"host_key": host_key, "source": "SEED", "parent_url": None, "depth": 0,
+            record = {"host_key": host_key, "source": source, "parent_url": None, "depth": 0,
                       "redirect_hops": 0, "discovered_at_ms": now,
                       "links": [{"url": u, "lastmod_ms": None, "priority": None}
                                 for u in host_urls]}
@@ -56,21 +73,31 @@ def publish_seeds(cfg: Config, urls: Iterable[str]) -> tuple[int, list[str]]:
 
 @dataclass
 class JobProcess:
-    """One job (`python -m jobs.<name>`) in its own process group, log to a file."""
+    """One job (`python -m jobs.<name>`) in its own process group, log to a file.
+
+    The job gets the configuration the CLI used: `config_files` as --config (absolute
+    paths) and `overrides` as --set; CRAWL_CONFIG and CRAWL__SECTION__KEY reach it through
+    the inherited environment. Its load_config applies them in the CLI's order:
+    defaults < CRAWL_CONFIG < --config files < CRAWL__ variables < --set."""
 
     name: str
     overrides: Sequence[str]
     log_path: Path
+    config_files: Sequence[str | os.PathLike[str]] = ()
     proc: subprocess.Popen | None = None
+
+    def command(self) -> list[str]:
+        return [sys.executable, "-m", f"jobs.{self.name}",
+                *[a for f in self.config_files for a in ("--config", str(Path(f).resolve()))],
+                *[a for o in self.overrides for a in ("--set", o)]]
 
     def start(self) -> None:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        log = self.log_path.open("ab")
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", f"jobs.{self.name}",
-             *[a for o in self.overrides for a in ("--set", o)]],
-            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            start_new_session=True)
+        with self.log_path.open("ab") as log:  # the child keeps its own descriptor
+            # No env=: the job inherits this environment, CRAWL_CONFIG and CRAWL__* included.
+            self.proc = subprocess.Popen(
+                self.command(), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                start_new_session=True)
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
@@ -99,6 +126,9 @@ class Progress:
     hosts: set[str] = field(default_factory=set)
     leases: int = 0
     urls: set[str] = field(default_factory=set)
+    # Dead letters by error_type: URLs refused at intake (ADDRESS_BLOCKED, InvalidUrl)
+    # and records no stage could read.
+    refused: dict[str, int] = field(default_factory=dict)
 
     def line(self, violations: int | None) -> str:
         secs = time.monotonic() - self.started
@@ -107,18 +137,27 @@ class Progress:
         return (f"[{secs:6.1f}s] pages {self.pages:5d}  rate {self.pages / max(secs, 1):5.1f}/s"
                 f"  hosts {len(self.hosts):3d}  leases {self.leases:5d}"
                 f"  in flight {max(0, self.leases - self.completions):3d}"
-                f"  errors {errors:3d}  throttled {self.outcomes.get('THROTTLED', 0)}{v}")
+                f"  errors {errors:3d}  throttled {self.outcomes.get('THROTTLED', 0)}"
+                f"  refused {sum(self.refused.values())}{v}")
+
+    def summary(self, violations: dict[str, int] | None) -> str:
+        return (f"summary: {self.pages} pages indexed from {len(self.hosts)} hosts in "
+                f"{time.monotonic() - self.started:.0f} s; outcomes {self.outcomes}"
+                f"; refused {self.refused}"
+                + (f"; politeness violations {violations}" if violations is not None else ""))
 
 
 class Watcher:
-    """Reads the index, lease and completion topics from the start (committed data only)."""
+    """Reads the index, lease, completion and dead-letter topics from the start
+    (committed data only)."""
 
     def __init__(self, cfg: Config, keep_leases: bool = False) -> None:
         from kafka import KafkaConsumer
 
         self.reg = registry()
         self.topics = {cfg.topic("index"): "index_event", cfg.topic("leases"): "lease",
-                       cfg.topic("completions"): "completion"}
+                       cfg.topic("completions"): "completion",
+                       cfg.topic("deadletter"): "dead_letter"}
         self.consumer = KafkaConsumer(
             *self.topics, bootstrap_servers=cfg["kafka.bootstrap_servers"],
             auto_offset_reset="earliest", enable_auto_commit=False,
@@ -142,6 +181,9 @@ class Watcher:
                 p.hosts.add(rec["host_key"])
                 if self.keep_leases:
                     self.leases.append(rec)
+            elif schema == "dead_letter":
+                kind = rec["error_type"] or "unknown"
+                p.refused[kind] = p.refused.get(kind, 0) + 1
             else:
                 p.completions += 1
                 p.outcomes[rec["outcome"]] = p.outcomes.get(rec["outcome"], 0) + 1
@@ -162,9 +204,13 @@ def synthetic_overrides(web, state_dir: Path, min_gap_s: float) -> list[str]:
 
 
 def run(cfg_files: Sequence[str], overrides: Sequence[str], seeds_file: str | None,
-        max_pages: int, duration_s: float, sites: int, state_dir: str | None) -> int:
+        max_pages: int, duration_s: float, sites: int, state_dir: str | None,
+        sitemaps_file: str | None = None) -> int:
+    """A local crawl: the seeds of `seeds_file` and the sitemaps of `sitemaps_file`, or
+    the synthetic web when neither is given. The CLI has validated the arguments."""
     from crawler.local import LocalStack
     from crawler.synthetic_web import SyntheticWeb, build_sites
+    from udfs.config import TOPIC_KEYS
 
     # Ctrl-C and SIGTERM both end the run cleanly (a shell may have started us with
     # SIGINT ignored, as it does for background jobs).
@@ -173,25 +219,25 @@ def run(cfg_files: Sequence[str], overrides: Sequence[str], seeds_file: str | No
 
     signal.signal(signal.SIGINT, _interrupt)
     signal.signal(signal.SIGTERM, _interrupt)
+    # Everything that can be refused is read before anything starts: the inputs, and
+    # the run's configuration (each run is a new crawl with new jobs: topics of its own).
     base_cfg = load_config(cfg_files, overrides=overrides)
+    seeds = url_lines(seeds_file) if seeds_file else []
+    sitemaps = url_lines(sitemaps_file) if sitemaps_file else []
+    synthetic = not (seeds_file or sitemaps_file)
+    run_id = time.strftime("%Y%m%d-%H%M%S")
+    extra = [f"topics.{k}.name=run-{run_id}.{base_cfg.topic(k)}" for k in TOPIC_KEYS]
+    extra += list(overrides)
+    cfg = load_config(cfg_files, overrides=extra)
     stack = LocalStack(base_cfg, state_dir=state_dir)
     started_stack = not all(s.running for s in stack.status())
     stack.up(log=lambda line: print(line, flush=True))
-    run_id = time.strftime("%Y%m%d-%H%M%S")
     run_dir = stack.state_dir / "runs" / run_id
     web = None
     jobs: list[JobProcess] = []
     watcher = None
-    cfg = base_cfg
     try:
-        # Each run is a new crawl with new jobs: it gets topics of its own.
-        from udfs.config import TOPIC_KEYS
-
-        extra = [f"topics.{k}.name=run-{run_id}.{base_cfg.topic(k)}" for k in TOPIC_KEYS]
-        extra += list(overrides)
-        if seeds_file:
-            seeds = Path(seeds_file).read_text(encoding="utf-8").splitlines()
-        else:
+        if synthetic:
             run_dir.mkdir(parents=True, exist_ok=True)
             web = SyntheticWeb(build_sites(sites), log_path=str(run_dir / "web.jsonl"))
             web.start()
@@ -204,12 +250,14 @@ def run(cfg_files: Sequence[str], overrides: Sequence[str], seeds_file: str | No
 
         for line in ensure_topics(cfg):
             print(line, flush=True)
-        jobs = [JobProcess(name, extra, run_dir / f"{name}.log") for name in
-                ("frontier", "fetcher")]
+        jobs = [JobProcess(name, extra, run_dir / f"{name}.log", config_files=cfg_files)
+                for name in ("frontier", "fetcher")]
         for job in jobs:
             job.start()
         sent, bad = publish_seeds(cfg, seeds)
-        print(f"seeded {sent} URLs" + (f"; not URLs: {bad}" if bad else ""), flush=True)
+        sent_maps, bad_maps = publish_seeds(cfg, sitemaps, source="SEED_SITEMAP")
+        print(f"seeded {sent} URLs" + (f" and {sent_maps} sitemaps" if sitemaps else "")
+              + (f"; not URLs: {bad + bad_maps}" if bad or bad_maps else ""), flush=True)
         watcher = Watcher(cfg)
         deadline = time.monotonic() + duration_s
         last = 0.0
@@ -240,9 +288,7 @@ def run(cfg_files: Sequence[str], overrides: Sequence[str], seeds_file: str | No
             web.stop()
         if summary is not None:
             v = web.violations(base_cfg["robots.user_agent"], 0.5) if web else None
-            print(f"summary: {summary.pages} pages indexed from {len(summary.hosts)} hosts in "
-                  f"{time.monotonic() - summary.started:.0f} s; outcomes {summary.outcomes}"
-                  + (f"; politeness violations {v}" if v is not None else ""), flush=True)
+            print(summary.summary(v), flush=True)
             where = cfg["storage.local_dir"] if cfg["storage.backend"] == "local" else \
                 "s3://" + cfg["s3.bucket"]
             print(f"output: topics {cfg.topic('index')} and {cfg.topic('deadletter')} on "
