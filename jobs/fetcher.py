@@ -28,6 +28,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     ap.add_argument("--capacity", type=int, default=200, help="fetches in flight per slot")
     args = ap.parse_args(argv)
     cfg = load_config(args.config, overrides=args.set)
+    print(cfg.log_line("fetcher"), flush=True)  # what this job was configured with
 
     env = make_env(cfg, bundle_size=cfg["fetch.bundle_size"])
     kafka = KafkaIO(env, cfg)

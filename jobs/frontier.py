@@ -37,6 +37,7 @@ def main(argv: Sequence[str] | None = None) -> None:
                     help="stop at the offsets that are latest at start (tests)")
     args = ap.parse_args(argv)
     cfg = load_config(args.config, overrides=args.set)
+    print(cfg.log_line("frontier"), flush=True)  # what this job was configured with
 
     env = make_env(cfg, thread_mode=True)
     env.get_config().set_auto_watermark_interval(200)

@@ -328,6 +328,28 @@ class Config:
     def to_yaml(self) -> str:
         return yaml.safe_dump(copy.deepcopy(dict(self.data)), sort_keys=False)
 
+    def changed(self) -> dict[str, Any]:
+        """Every key whose value differs from the defaults file, as {"section.key": value}:
+        what a process was configured with, whichever way (file, environment, flag)."""
+        out: dict[str, Any] = {}
+
+        def walk(node: Mapping[str, Any], default: Mapping[str, Any], prefix: str) -> None:
+            for key, value in node.items():
+                if isinstance(value, Mapping):
+                    walk(value, default.get(key, {}), f"{prefix}{key}.")
+                elif default.get(key) != value:
+                    out[f"{prefix}{key}"] = value
+
+        walk(self.data, load_defaults(), "")
+        return out
+
+    def log_line(self, job: str) -> str:
+        """One JSON line a job prints at start: its name and the settings it was given."""
+        import json
+
+        return json.dumps({"event": "settings", "job": job, "changed": self.changed()},
+                          default=str)
+
 
 def load_defaults() -> dict[str, Any]:
     with DEFAULTS_PATH.open(encoding="utf-8") as fh:

@@ -134,3 +134,22 @@ def test_keys_that_depend_on_each_other_are_checked_together():
     cfg = load_config(env={}, overrides=["fetch.total_timeout_s=400",
                                          "frontier.lease_timeout_s=600"])
     assert cfg["fetch.total_timeout_s"] == 400.0
+
+
+def test_changed_lists_what_every_source_set(tmp_path):
+    import json
+
+    from udfs.config import load_config
+
+    f = tmp_path / "mine.yaml"
+    f.write_text("politeness:\n  max_gap_s: 111\n", encoding="utf-8")
+    env_file = tmp_path / "env.yaml"
+    env_file.write_text("fetch:\n  dns_timeout_s: 7.5\n", encoding="utf-8")
+    cfg = load_config([f], env={"CRAWL_CONFIG": str(env_file),
+                                "CRAWL__RECRAWL__SEED_PRIORITY": "0.9"},
+                      overrides=["frontier.clock_idle_ms=1500"])
+    assert cfg.changed() == {"politeness.max_gap_s": 111.0, "fetch.dns_timeout_s": 7.5,
+                             "recrawl.seed_priority": 0.9, "frontier.clock_idle_ms": 1500}
+    line = json.loads(cfg.log_line("frontier"))
+    assert line["job"] == "frontier" and line["changed"]["frontier.clock_idle_ms"] == 1500
+    assert load_config(env={}).changed() == {}
