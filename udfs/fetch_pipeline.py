@@ -82,7 +82,8 @@ async def process_lease(lease: dict[str, Any], ctx: FetchContext
         completion["body"] = body
         return completion, discovered
     if kind is Kind.SITEMAP:
-        result = parse_sitemap(body, base_url=url, url_policy=ctx.url_policy)
+        result = parse_sitemap(body, base_url=url, url_policy=ctx.url_policy,
+                               max_bytes=ctx.limits.max_sitemap_bytes)
         source = "ROBOTS_SITEMAP" if result.kind == "sitemapindex" else "SITEMAP"
         for host_key, urls in group_by_host(e.url for e in result.entries).items():
             meta = {e.url: e for e in result.entries}

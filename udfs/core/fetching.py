@@ -44,10 +44,8 @@ class FetchLimits:
                       for k in cls.__dataclass_fields__ if k in section})
 
     def wire_limit(self, kind: Kind) -> int:
-        """Bytes read from the wire: a sitemap may be as large as its own limit."""
-        if kind is Kind.SITEMAP:
-            return max(self.max_body_bytes, self.max_sitemap_bytes)
-        return self.max_body_bytes
+        """Bytes read from the wire: a sitemap has its own limit."""
+        return self.max_sitemap_bytes if kind is Kind.SITEMAP else self.max_body_bytes
 
     def body_limit(self, kind: Kind) -> int:
         """Bytes kept after HTTP content decoding: robots.txt is cut at its limit (the

@@ -86,11 +86,12 @@ def _priority(text: str | None) -> float | None:
     return value if value is not None and 0.0 <= value <= 1.0 else None
 
 
-def _decompressed_chunks(data: bytes, result: SitemapResult) -> Iterator[bytes]:
-    """The body in chunks, gunzipped if gzip, cut at MAX_BYTES uncompressed.
+def _decompressed_chunks(data: bytes, result: SitemapResult, limit: int = MAX_BYTES
+                         ) -> Iterator[bytes]:
+    """The body in chunks, gunzipped if gzip, cut at `limit` bytes uncompressed.
 
-    Exactly MAX_BYTES is allowed (the protocol's 50 MB); leading whitespace counts,
-    as it is part of the file. Nothing else in this module caps a file's size.
+    Exactly `limit` is allowed (by default the protocol's 50 MB); leading whitespace
+    counts, as it is part of the file. Nothing else in this module caps a file's size.
     """
     if data[:2] == b"\x1f\x8b":
         inflater = zlib.decompressobj(16 + zlib.MAX_WBITS)
@@ -104,10 +105,10 @@ def _decompressed_chunks(data: bytes, result: SitemapResult) -> Iterator[bytes]:
                     out = inflater.decompress(src, _CHUNK)
                     src = inflater.unconsumed_tail
                     total += len(out)
-                    if total > MAX_BYTES:
-                        yield out[:len(out) - (total - MAX_BYTES)]
+                    if total > limit:
+                        yield out[:len(out) - (total - limit)]
                         result.errors.append(
-                            "more than 50 MB uncompressed; the rest was ignored")
+                            f"more than {_size(limit)} uncompressed; the rest was ignored")
                         return
                     if out:
                         yield out
@@ -118,9 +119,9 @@ def _decompressed_chunks(data: bytes, result: SitemapResult) -> Iterator[bytes]:
             return
         result.errors.append("truncated gzip stream")
         return
-    if len(data) > MAX_BYTES:
-        result.errors.append("more than 50 MB; the rest was ignored")
-        data = data[:MAX_BYTES]
+    if len(data) > limit:
+        result.errors.append(f"more than {_size(limit)}; the rest was ignored")
+        data = data[:limit]
     for i in range(0, len(data), _CHUNK):
         yield data[i:i + _CHUNK]
 
@@ -256,22 +257,28 @@ def _parse_text(chunks: Iterator[bytes], result: SitemapResult, base: str | None
         line(pending)
 
 
+def _size(limit: int) -> str:
+    return "50 MB" if limit == MAX_BYTES else f"{limit:,} bytes"
+
+
 def parse_sitemap(data: bytes, *, base_url: str | None = None,
                   same_host: str | None = None,
-                  url_policy: UrlPolicy | None = None) -> SitemapResult:
+                  url_policy: UrlPolicy | None = None,
+                  max_bytes: int = MAX_BYTES) -> SitemapResult:
     """Entries of one sitemap file (XML urlset / sitemapindex, plain text, optionally gzip).
 
     `base_url` resolves relative <loc> values; `same_host` (a host_key) keeps only
     URLs of that host and counts the others as skipped. `url_policy` is passed to
     every `normalize_url` call, so the configured query-parameter drop list
     (`urls.drop_query_params`) gives sitemap URLs the same identity as links found in
-    pages; None drops nothing, as in normalize_url.
+    pages; None drops nothing, as in normalize_url. `max_bytes` caps the file's
+    uncompressed size (the fetcher passes fetch.max_sitemap_bytes; at most 50 MB).
     """
     result = SitemapResult("unknown")
     if not isinstance(data, (bytes, bytearray, memoryview)):
         result.errors.append(f"expected bytes, got {type(data).__name__}")
         return result
-    chunks = _decompressed_chunks(bytes(data), result)
+    chunks = _decompressed_chunks(bytes(data), result, min(max_bytes, MAX_BYTES))
     bom, head = _skip_leading_space(chunks)
 
     def rest(first: bytes) -> Iterator[bytes]:
