@@ -84,12 +84,20 @@ class JobProcess:
     overrides: Sequence[str]
     log_path: Path
     config_files: Sequence[str | os.PathLike[str]] = ()
+    from_checkpoint: str | None = None  # restore the job from this checkpoint or savepoint
     proc: subprocess.Popen | None = None
 
     def command(self) -> list[str]:
         return [sys.executable, "-m", f"jobs.{self.name}",
                 *[a for f in self.config_files for a in ("--config", str(Path(f).resolve()))],
-                *[a for o in self.overrides for a in ("--set", o)]]
+                *[a for o in self.overrides for a in ("--set", o)],
+                *(["--from-checkpoint", self.from_checkpoint] if self.from_checkpoint else [])]
+
+    def kill(self) -> None:
+        """kill -9 of the whole job (its JVM and Python workers): a crash, nothing cleaned."""
+        if self.proc is not None and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(30)
 
     def start(self) -> None:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)

@@ -9,12 +9,16 @@ log and counts politeness violations.
 
 Some hosts hide an endless calendar (each day links to the next): the trap rules
 must stop it. Faults (all on by default): lost completions (the lease expires and is re-let),
-duplicate completions, leases that wait past their expiry in the fetcher's
-backlog (dropped, re-let), robots.txt answering 5xx before it recovers, and
-scheduler crashes restored from the last checkpoint snapshot. Leases are
-delivered to the fetcher only when a checkpoint commits them (the
-exactly-once lease topic), so a crash never leaves the fetcher working on a
-lease the restored frontier does not know.
+duplicate completions, duplicate lease records, leases lost on their way to the
+fetcher (they expire and are re-let), robots.txt answering 5xx before it recovers,
+frontier crashes restored from the last checkpoint snapshot with their inputs
+replayed while the fetcher keeps running, and fetcher crashes (requests in flight
+cut, held leases lost, the leases read since the fetcher's checkpoint read again by
+a new incarnation). Leases and completions travel at once, as the at-least-once
+topics carry them; index events only when the frontier's checkpoint commits them.
+The simulated fetcher is the real one's rules: per-host back queues
+(`udfs.core.backqueue`) that hold each lease until its not_before and the gap after
+the host's last request, and report NOT_SENT what they will not send.
 """
 
 from __future__ import annotations
@@ -28,12 +32,16 @@ from typing import Any
 
 from crawler.oracle import HostRules, Request, count_violations
 from udfs.config import load_defaults
+from udfs.core.backqueue import REPORTED, BackQueues, LeaseTiming, Skip
 from udfs.core.frontier import Acceptance, FetchResult, Frontier, FrontierConfig, Kind, Outcome
 from udfs.core.politeness import Jitter
 from udfs.core.robots import RobotsPolicy, parse_robots
 from udfs.core.urls import split_host_key
 
-FAULTS = ("lost_completion", "duplicate_completion", "lease_expiry", "robots_5xx", "crash")
+FAULTS = ("lost_completion", "duplicate_completion", "duplicate_lease", "lease_expiry",
+          "robots_5xx", "crash", "fetcher_crash")
+TRANSPORT_S = 0.05  # a record's trip through Kafka, either way
+HOLD_S = 5.0  # fetch.hold_s
 UA = RobotsPolicy().user_agent
 
 
@@ -178,10 +186,13 @@ class Simulation:
         self.frontier = Frontier(self.cfg, sc.seed)
         self.events: list[tuple[float, int, str, Any]] = []
         self.seq = 0
-        self.pending_leases: list[tuple[Any, float]] = []  # granted, not yet committed
-        self.backlog: deque = deque()  # committed leases waiting for a fetch slot
+        self.queues = BackQueues(float("-inf"), HOLD_S, 21.0)  # the fetcher incarnation
+        self.incarnation = 0
+        self.read_since_checkpoint: list[Any] = []  # leases the fetcher read (replayed)
+        self.backlog: deque = deque()  # leases whose turn came, waiting for a fetch slot
+        self.waiting: dict[str, list[Any]] = {}  # per host: leases waiting for a request
         self.busy = 0
-        self.host_blocked: dict[str, float] = {}  # the fetcher's memory of Retry-After
+        self.running: dict[int, tuple[Any, float, int]] = {}  # log index → lease, start
         self.log: list[Request] = []
         self.input_log: list[tuple[str, Any]] = []
         self.snapshot = self.frontier.snapshot()
@@ -192,8 +203,9 @@ class Simulation:
         self.lags: list[float] = []
         self.m: dict[str, int] = {k: 0 for k in (
             "fetches", "robots_fetches", "completions_lost", "completions_duplicated",
-            "leases_dropped_expired", "crashes", "accepted", "duplicates", "stale",
-            "index_events", "double_completions", "refused")}
+            "leases_dropped_expired", "leases_duplicated", "crashes", "fetcher_crashes",
+            "accepted", "duplicates", "stale", "index_events", "double_completions",
+            "refused", "not_sent", "replayed_skipped")}
 
     # -- plumbing -------------------------------------------------------------
 
@@ -216,7 +228,16 @@ class Simulation:
                 u = h.urls[lease.url_id]
                 if u.priority >= self.cfg.recrawl.high_value_priority:
                     self.lags.append(now - u.next_fetch_at)
-            self.pending_leases.append((lease, now))
+            self.deliver(lease, now + TRANSPORT_S)
+            if "duplicate_lease" in self.faults and self.rng.random() < self.sc.fault_p:
+                self.m["leases_duplicated"] += 1
+                self.deliver(lease, now + TRANSPORT_S + self.rng.random() * 3)
+
+    def deliver(self, lease, when: float) -> None:
+        if "lease_expiry" in self.faults and self.rng.random() < self.sc.fault_p:
+            self.m["leases_dropped_expired"] += 1  # lost on the way: it expires
+            return
+        self.at(when, "deliver", lease)
 
     # -- checkpoints and crashes ------------------------------------------------
 
@@ -230,18 +251,15 @@ class Simulation:
             if self.indexed[ident] > 1:
                 self.m["double_completions"] += 1
         self.pending_index.clear()
-        for lease, _ in self.pending_leases:  # the lease topic's transaction commits
-            self.backlog.append((lease, now))
-        self.pending_leases.clear()
-        self.start_fetches(now)
+        self.read_since_checkpoint.clear()  # the fetcher's checkpoint, at the same time
 
     def crash(self, now: float) -> None:
-        """Lose the frontier's memory; restore the last snapshot and replay its inputs."""
+        """Lose the frontier's memory; restore the last snapshot and replay its inputs.
+        The leases it granted since are already with the fetcher, which keeps running."""
         self.m["crashes"] += 1
         replay = list(self.input_log)
         self.frontier = Frontier.restore(self.snapshot, self.cfg, self.sc.seed, now)
         self.admitted = dict(self.snapshot_admitted)
-        self.pending_leases.clear()  # uncommitted: the fetcher never saw them
         self.pending_index.clear()  # uncommitted: aborted with the transaction
         self.input_log.clear()
         for kind, args in replay:  # the sources rewind to the checkpoint's offsets
@@ -253,23 +271,54 @@ class Simulation:
 
     # -- the fetcher ------------------------------------------------------------
 
+    @staticmethod
+    def timing(lease) -> LeaseTiming:
+        return LeaseTiming(lease.lease_id, lease.host_key, lease.issued_at, lease.not_before,
+                           lease.expires_at, lease.prev_lease_id, lease.pace,
+                           lease.throttle_seq)
+
+    def received(self, lease, now: float) -> None:
+        """A lease record reaches the fetcher."""
+        self.read_since_checkpoint.append(lease)
+        skip = self.queues.admit(self.timing(lease), now)
+        if skip is not None:
+            self.skipped(lease, skip, now)
+            return
+        self.try_start(lease, now)
+
+    def skipped(self, lease, skip: Skip, now: float) -> None:
+        if skip is Skip.REPLAYED:
+            self.m["replayed_skipped"] += 1
+        if skip not in REPORTED:
+            return
+        self.m["not_sent"] += 1
+        start = self.queues.start_at(self.timing(lease), now)
+        hint = str(int(start - now) + 1) if start > now + 1 else None
+        result = FetchResult(lease.lease_id, lease.url_id, lease.url_version,
+                             Outcome.NOT_SENT, lease.kind, lease.attempt, retry_after=hint,
+                             fetched_at=now, detail=skip.value)
+        self.at(now + TRANSPORT_S, "complete", (result, lease.host_key, []))
+
+    def try_start(self, lease, now: float) -> None:
+        t = self.timing(lease)
+        verdict = self.queues.wait(t, now)
+        if isinstance(verdict, Skip):
+            self.skipped(lease, verdict, now)
+        elif verdict is None:  # at the host's in-flight limit: when a request ends
+            self.waiting.setdefault(lease.host_key, []).append((self.incarnation, lease))
+        elif verdict > 0:
+            self.at(now + verdict, "try", (self.incarnation, lease))
+        elif self.busy >= self.sc.fetch_slots:
+            self.backlog.append((self.incarnation, lease))
+        else:
+            self.queues.begin(t, now)
+            self.fetch(lease, now)
+
     def start_fetches(self, now: float) -> None:
         while self.backlog and self.busy < self.sc.fetch_slots:
-            lease, _ = self.backlog.popleft()
-            if "lease_expiry" in self.faults and self.rng.random() < self.sc.fault_p:
-                self.m["leases_dropped_expired"] += 1  # stuck in the backlog past expiry
-                continue
-            # The fetcher's own guard: a host that answered Retry-After is not contacted
-            # before it ends, even when the frontier never heard of it (lost completion).
-            start = max(now, self.host_blocked.get(lease.host_key, 0.0))
-            if lease.expires_at <= start:
-                self.m["leases_dropped_expired"] += 1
-                continue
-            if start > now:
-                self.busy += 1
-                self.at(start, "start", lease)
-                continue
-            self.fetch(lease, now)
+            incarnation, lease = self.backlog.popleft()
+            if incarnation == self.incarnation:
+                self.try_start(lease, now)
 
     def fetch(self, lease, now: float) -> None:
         host = self.web.hosts[lease.host_key]
@@ -278,20 +327,46 @@ class Simulation:
         duration = min(host.latency_s * (1 + self.rng.random()), 20.0)
         end = now + duration
         ra = details.get("retry_after")
-        if ra and status == 429:
-            self.host_blocked[lease.host_key] = max(self.host_blocked.get(lease.host_key, 0.0),
-                                                    end + float(ra))
         self.log.append(Request(lease.host_key, lease.kind is Kind.ROBOTS, path, now, end,
                                 status, float(ra) if ra and status == 429 else None))
         self.m["fetches"] += 1
         if lease.kind is Kind.ROBOTS:
             self.m["robots_fetches"] += 1
         self.busy += 1
-        self.at(end, "fetched", (lease, status, details, duration))
+        self.running[len(self.log) - 1] = (lease, now, self.incarnation)
+        self.at(end, "fetched", (lease, status, details, duration, len(self.log) - 1,
+                                 self.incarnation))
+
+    def fetcher_crash(self, now: float) -> None:
+        """The fetcher's task dies: requests in flight are cut now, held leases and unsent
+        completions are gone, and a new incarnation reads again every lease read since
+        the fetcher's last checkpoint."""
+        self.m["fetcher_crashes"] += 1
+        for index, (_, start, _) in self.running.items():
+            r = self.log[index]
+            self.log[index] = Request(r.host, r.is_robots, r.path, start, now, 0)
+        self.running.clear()
+        self.busy = 0
+        self.backlog.clear()
+        self.waiting.clear()
+        self.incarnation += 1
+        self.queues = BackQueues(now, HOLD_S, 21.0)
+        replay, self.read_since_checkpoint = list(self.read_since_checkpoint), []
+        for lease in replay:
+            self.at(now + 1.0 + TRANSPORT_S, "deliver", lease)
 
     def fetched(self, payload, now: float) -> None:
-        lease, status, details, duration = payload
+        lease, status, details, duration, index, incarnation = payload
+        if incarnation != self.incarnation:
+            return  # cut by a fetcher crash: no completion
         self.busy -= 1
+        self.running.pop(index, None)
+        throttled = status in (429, 503) and lease.kind is not Kind.ROBOTS
+        ra = details.get("retry_after")
+        self.queues.end(self.timing(lease), now, duration, throttled=throttled,
+                        retry_until=now + float(ra) if throttled and ra else None)
+        for _, waiter in self.waiting.pop(lease.host_key, []):
+            self.at(now, "try", (self.incarnation, waiter))
         outcome = {200: Outcome.OK, 301: Outcome.REDIRECT, 404: Outcome.GONE,
                    429: Outcome.THROTTLED, 503: Outcome.THROTTLED, 500: Outcome.SERVER_ERROR,
                    0: Outcome.CONNECT_ERROR}[status]
@@ -303,8 +378,8 @@ class Simulation:
             http_status=status or None, fetch_duration_s=duration,
             retry_after=details.get("retry_after"), redirect_location=details.get("location"),
             body_sha256=text and f"b:{text}", text_sha256=text and f"t:{text}",
-            robots_body=details.get("body"))
-        delay = 0.05
+            robots_body=details.get("body"), fetched_at=now)
+        delay = TRANSPORT_S
         if "lost_completion" in self.faults and self.rng.random() < self.sc.fault_p:
             self.m["completions_lost"] += 1
         else:
@@ -345,6 +420,10 @@ class Simulation:
         crash_every = sc.fetches // (sc.crashes + 1) if "crash" in self.faults and \
             sc.crashes else None
         next_crash = crash_every
+        fetcher_crash_every = sc.fetches // (sc.crashes + 1) if "fetcher_crash" in \
+            self.faults and sc.crashes else None
+        next_fetcher_crash = None if fetcher_crash_every is None else \
+            fetcher_crash_every + fetcher_crash_every // 2
         next_checkpoint = sc.checkpoint_s
         now = 0.0
         guard = 0
@@ -363,9 +442,12 @@ class Simulation:
                 _, _, kind, payload = heapq.heappop(self.events)
                 if kind == "fetched":
                     self.fetched(payload, now)
-                elif kind == "start":
-                    self.busy -= 1
-                    self.fetch(payload, now)
+                elif kind == "deliver":
+                    self.received(payload, now)
+                elif kind == "try":
+                    incarnation, lease = payload
+                    if incarnation == self.incarnation:
+                        self.try_start(lease, now)
                 else:
                     self.complete(payload, now)
             self.poll(now)
@@ -376,6 +458,10 @@ class Simulation:
                     self.m["crashes"] < sc.crashes:
                 self.crash(now)
                 next_crash += crash_every
+            if next_fetcher_crash is not None and self.m["fetches"] >= next_fetcher_crash \
+                    and self.m["fetcher_crashes"] < sc.crashes:
+                self.fetcher_crash(now)
+                next_fetcher_crash += fetcher_crash_every
         return self.report(now)
 
     # -- the oracle ---------------------------------------------------------------
@@ -409,8 +495,10 @@ class Simulation:
             "index_events": self.m["index_events"],
             "completions": {k: self.m[k] for k in ("accepted", "duplicates", "stale")},
             "faults_injected": {k: self.m[k] for k in (
-                "completions_lost", "completions_duplicated", "leases_dropped_expired",
-                "crashes")},
+                "completions_lost", "completions_duplicated", "leases_duplicated",
+                "leases_dropped_expired", "crashes", "fetcher_crashes")},
+            "leases_not_sent": self.m["not_sent"],
+            "leases_replayed_skipped": self.m["replayed_skipped"],
             "refused_by_traps": self.m["refused"],
             "eligibility_lag_s": {"p50": round(_percentile(self.lags, 0.5), 3),
                                   "p99": round(_percentile(self.lags, 0.99), 3),

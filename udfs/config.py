@@ -147,6 +147,8 @@ _RULES: dict[str, Callable[[Any], str | None]] = {
     "politeness.allowance_recovery": _between(1, 10),
     "politeness.daily_budget": _at_least(1),
     "frontier.lease_timeout_s": _between(1, 86400),
+    "frontier.lookahead_s": _between(0, 60),
+    "frontier.max_lookahead_leases": _between(0, 64),
     "frontier.max_lease_attempts": _between(1, 100),
     "frontier.max_retries": _between(0, 100),
     "frontier.retry_base_s": _between(0, 86400),
@@ -196,6 +198,7 @@ _RULES: dict[str, Callable[[Any], str | None]] = {
     "fetch.dns_ttl_max_s": _between(0, 86400 * 7),
     "fetch.dns_negative_ttl_s": _between(0, 86400),
     "fetch.bundle_size": _between(1, 100_000),
+    "fetch.hold_s": _between(0.1, 600),
     "faults.crash_after_response": _regex,
     "faults.drop_completion": _regex,
     "faults.parse_delay_s": _between(0, 60),
@@ -210,6 +213,7 @@ _RULES: dict[str, Callable[[Any], str | None]] = {
     "flink.checkpoint_interval_ms": _between(100, 60000, "durability within 60 s needs <= 60000"),
     "flink.restart_strategy": _one_of("none", "fixed-delay"),
     "flink.state_backend": _one_of("hashmap", "rocksdb"),
+    "flink.checkpoints_retained": _between(1, 100),
     "flink.restart_attempts": _at_least(0),
     "flink.restart_delay_ms": _at_least(0),
     "local.kafka_controller_port": _port,
@@ -228,6 +232,9 @@ _RULES: dict[str, Callable[[Any], str | None]] = {
 
 # Rules that relate two keys: (check, message). Checked after every override is applied.
 _CROSS_RULES: list[tuple[Callable[[dict[str, Any]], bool], str]] = [
+    (lambda d: d["fetch"]["hold_s"] > d["frontier"]["lookahead_s"],
+     "fetch.hold_s must exceed frontier.lookahead_s: leases are granted that far ahead of "
+     "their time and the fetcher must be able to hold them until then"),
     (lambda d: d["fetch"]["total_timeout_s"] < d["frontier"]["lease_timeout_s"],
      "fetch.total_timeout_s must be below frontier.lease_timeout_s: a fetch that outlives "
      "its lease could run beside the re-let one"),

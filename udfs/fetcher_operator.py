@@ -5,17 +5,20 @@ Each lease becomes zero or more Row(dest, key, value): dest "C" a completion
 dead letter. The aiohttp session is made on the first call, inside the
 operator's event loop.
 
-Three guards keep politeness when the frontier cannot know: a lease that has
-expired is not fetched (the frontier has re-let it or will); a host that
-answered 429 with Retry-After is not contacted again from this fetcher until
-the wait is over (a lost completion must not lead to an early request); and
-after a task restart, a lease issued before the restart is not fetched
-(`replayed_lease`).
+When a lease is sent is decided by the back queues (`udfs.core.backqueue`): each
+host's slot in this incarnation holds a lease until its not_before, the gap after
+the previous request's real end, the host's in-flight limit and any Retry-After,
+and refuses leases it cannot place safely (issued before a restart, following a
+lease an earlier incarnation had, halted by a 429/503, too early or too late). A
+lease held waiting occupies one of the operator's slots (its capacity) for at most
+`fetch.hold_s`; a refused lease is reported NOT_SENT when this incarnation knows no
+one sent it, so the frontier takes it back at once.
 """
 
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 from dataclasses import replace
 from typing import Any
@@ -26,8 +29,9 @@ from pyflink.datastream.functions import AsyncFunction
 from udfs.avro import AvroDecodeError, registry
 from udfs.config import Config
 from udfs.core.addresses import AddressPolicy
+from udfs.core.backqueue import REPORTED, BackQueues, LeaseTiming, Skip
 from udfs.core.fetching import DnsCache, FetchLimits
-from udfs.core.politeness import parse_retry_after
+from udfs.core.politeness import Pace, parse_retry_after
 from udfs.core.urls import UrlPolicy
 from udfs.deadletter import dead_letter
 from udfs.faults import FaultInjector
@@ -35,20 +39,47 @@ from udfs.faults import FaultInjector
 FETCH_OUTPUT = Types.ROW_NAMED(["dest", "key", "value"], [
     Types.STRING(), Types.PRIMITIVE_ARRAY(Types.BYTE()), Types.PRIMITIVE_ARRAY(Types.BYTE())])
 
+# Slots of hosts quiet this long are dropped (their history is older than any gap).
+IDLE_SLOT_S = 900.0
 
-def replayed_lease(lease: dict[str, Any], restarted_at_ms: int | None) -> bool:
-    """A lease issued before this task restarted: the failed task may have sent its
-    request already, and sending it again now could come sooner after that one than the
-    host's gap (a Crawl-delay of 30 s against a restart of a few seconds). It is left to
-    expire; the frontier re-lets it with the gap respected. Costs one lease timeout of
-    delay for the URLs in flight at a crash; nothing is lost."""
-    return restarted_at_ms is not None and lease["issued_at_ms"] < restarted_at_ms
+
+def lease_timing(lease: dict[str, Any]) -> LeaseTiming:
+    """The back queue's view of a LeaseRecord (milliseconds to seconds)."""
+    return LeaseTiming(
+        lease["lease_id"], lease["host_key"], lease["issued_at_ms"] / 1000.0,
+        lease["not_before_ms"] / 1000.0, lease["expires_at_ms"] / 1000.0,
+        lease["prev_lease_id"],
+        Pace(lease["gap_s"], lease["duration_factor"], lease["max_gap_s"],
+             lease["max_in_flight"]), lease["throttle_seq"])
+
+
+def not_sent(lease: dict[str, Any], reason: Skip, now: float, start_at: float | None
+             ) -> dict[str, Any]:
+    """The Completion record of a lease this fetcher did not send (and knows no one did);
+    retry_after: seconds until the host could be asked, as far as this fetcher knows."""
+    wait = None if start_at is None or start_at <= now + 1 else str(math.ceil(start_at - now))
+    return {
+        "lease_id": lease["lease_id"], "url_id": lease["url_id"],
+        "url_version": lease["url_version"], "attempt": lease["attempt"], "url": lease["url"],
+        "host_key": lease["host_key"], "kind": lease["kind"], "outcome": "NOT_SENT",
+        "http_status": None, "fetched_at_ms": int(now * 1000), "fetch_duration_ms": 0,
+        "retry_after": wait, "redirect_location": None, "etag": None, "last_modified": None,
+        "content_type": None, "body_sha256": None, "body_bytes": None, "object_key": None,
+        "text_sha256": None, "simhash": None, "canonical_url": None, "noindex": False,
+        "nofollow": False, "links_count": 0, "body": None, "error": reason.value,
+    }
 
 
 class FetchFunction(AsyncFunction):
-    def __init__(self, cfg_data: dict[str, Any], connections: int = 200) -> None:
+    """`restored`: the job was started from a savepoint or checkpoint (an upgrade or a
+    rescale): as after a task restart, leases issued before this task started may have
+    been sent by the job before it, so they are not sent (they expire and are re-let)."""
+
+    def __init__(self, cfg_data: dict[str, Any], connections: int = 200,
+                 restored: bool = False) -> None:
         self.cfg_data = cfg_data
         self.connections = connections
+        self.restored = restored
 
     def open(self, runtime_context) -> None:
         from udfs.storage import open_store
@@ -62,13 +93,16 @@ class FetchFunction(AsyncFunction):
                               self.limits,
                               dict(e.split("=", 1) for e in cfg["fetch.static_hosts"]))
         self.session = None
-        self.blocked_until: dict[str, float] = {}  # host_key → epoch seconds
         self.faults = FaultInjector.from_config(cfg["faults"])
         self.url_policy = UrlPolicy.from_names(cfg["urls.drop_query_params"])
-        # A restarted task (attempt > 0) replays the leases read since the last
-        # checkpoint; it may already have fetched them just before it failed.
-        self.restarted_at_ms = int(time.time() * 1000) \
-            if runtime_context.get_attempt_number() > 0 else None
+        # A restarted task (attempt > 0) or a job restored from a savepoint replays the
+        # leases read since its checkpoint: the incarnation before may have sent them.
+        replays = self.restored or runtime_context.get_attempt_number() > 0
+        self.queues = BackQueues(time.time() if replays else float("-inf"),
+                                 hold_s=cfg["fetch.hold_s"],
+                                 fetch_s=self.limits.total_timeout_s + 1.0)
+        self.turns: dict[str, asyncio.Condition] = {}  # per host, in the operator's loop
+        self.calls = 0
 
     async def _session(self):
         if self.session is None:
@@ -82,6 +116,47 @@ class FetchFunction(AsyncFunction):
                                           error_type=error_type, payload=raw,
                                           now_ms=int(time.time() * 1000)))
 
+    def _skipped(self, lease: dict[str, Any], timing: LeaseTiming, reason: Skip) -> list:
+        if reason not in REPORTED:
+            return []  # replayed (it expires and is re-let) or a duplicate record
+        now = time.time()
+        record = not_sent(lease, reason, now, self.queues.start_at(timing, now))
+        return [Row("C", lease["host_key"].encode(),
+                    self.reg.encode("completion", record, check=False))]
+
+    def _turn(self, host: str) -> asyncio.Condition:
+        turn = self.turns.get(host)
+        if turn is None:
+            turn = self.turns[host] = asyncio.Condition()
+        return turn
+
+    async def _wait_turn(self, timing: LeaseTiming) -> Skip | None:
+        """Hold the lease until the host's slot lets it start, then start it."""
+        turn = self._turn(timing.host_key)
+        async with turn:
+            while True:
+                now = time.time()
+                verdict = self.queues.wait(timing, now)
+                if isinstance(verdict, Skip):
+                    return verdict
+                if verdict == 0.0:
+                    self.queues.begin(timing, now)
+                    return None
+                try:  # woken early when a request of the host ends
+                    await asyncio.wait_for(turn.wait(), verdict)
+                except TimeoutError:
+                    pass
+
+    async def _release(self, timing: LeaseTiming, started: float, *, status: int | None,
+                       retry_after: str | None, outcome: str) -> None:
+        now = time.time()
+        throttled = outcome == "THROTTLED"
+        self.queues.end(timing, now, now - started, throttled=throttled,
+                        retry_until=parse_retry_after(retry_after, now) if throttled else None)
+        turn = self._turn(timing.host_key)
+        async with turn:
+            turn.notify_all()
+
     async def async_invoke(self, value):
         from udfs.fetch_pipeline import FetchContext, process_lease
 
@@ -90,26 +165,35 @@ class FetchFunction(AsyncFunction):
             lease = self.reg.decode("lease", raw)
         except AvroDecodeError as exc:
             return [self._dead(raw, str(exc), type(exc).__name__)]
-        if replayed_lease(lease, self.restarted_at_ms):
-            return []  # the frontier re-lets it at expiry, with the host's gap respected
+        timing = lease_timing(lease)
+        now = time.time()
+        self.calls += 1
+        if self.calls % 1000 == 0:
+            self.queues.forget_idle(now, IDLE_SLOT_S)
+            self.turns = {k: v for k, v in self.turns.items() if k in self.queues.slots}
+        skip = self.queues.admit(timing, now)
+        if skip is None:
+            skip = await self._wait_turn(timing)
+        if skip is not None:
+            return self._skipped(lease, timing, skip)
+        started = time.time()
+        completion = None
+        try:
+            remaining = timing.expires_at - started
+            limits = self.limits if remaining > self.limits.total_timeout_s + 1 else \
+                replace(self.limits, total_timeout_s=max(0.1, remaining - 1.0))
+            ctx = FetchContext(await self._session(), self.store, limits, self.user_agent,
+                               faults=self.faults, url_policy=self.url_policy)
+            completion, discovered = await process_lease(lease, ctx)
+            if self.faults is not None:
+                self.faults.after_response(lease["url"])
+        finally:
+            await self._release(
+                timing, started, status=None if completion is None else
+                completion["http_status"],
+                retry_after=None if completion is None else completion["retry_after"],
+                outcome="OTHER_ERROR" if completion is None else completion["outcome"])
         host = lease["host_key"]
-        wait = self.blocked_until.get(host, 0.0) - time.time()
-        if wait > 0:
-            await asyncio.sleep(wait)
-        remaining = lease["expires_at_ms"] / 1000.0 - time.time()
-        if remaining <= 1.0:
-            return []  # expired (or about to): the frontier re-lets it
-        limits = self.limits if remaining > self.limits.total_timeout_s + 1 else \
-            replace(self.limits, total_timeout_s=remaining - 1.0)
-        ctx = FetchContext(await self._session(), self.store, limits, self.user_agent,
-                           faults=self.faults, url_policy=self.url_policy)
-        completion, discovered = await process_lease(lease, ctx)
-        if self.faults is not None:
-            self.faults.after_response(lease["url"])
-        if completion["http_status"] == 429:
-            until = parse_retry_after(completion["retry_after"], time.time())
-            if until is not None:
-                self.blocked_until[host] = max(self.blocked_until.get(host, 0.0), until)
         out = [Row("C", host.encode(), self.reg.encode("completion", completion, check=False))]
         if self.faults is not None and self.faults.drops_completion(lease["url"]):
             out = []

@@ -28,7 +28,11 @@ def lease_record(lease: Lease) -> dict[str, Any]:
             "url_version": lease.url_version, "attempt": lease.attempt,
             "issued_at_ms": ms(lease.issued_at), "expires_at_ms": ms(lease.expires_at),
             "url": lease.url, "host_key": lease.host_key, "kind": lease.kind.value,
-            "depth": lease.depth, "etag": lease.etag, "last_modified": lease.last_modified}
+            "depth": lease.depth, "etag": lease.etag, "last_modified": lease.last_modified,
+            "not_before_ms": ms(lease.not_before), "prev_lease_id": lease.prev_lease_id,
+            "gap_s": lease.gap_s, "duration_factor": lease.duration_factor,
+            "max_gap_s": lease.max_gap_s, "max_in_flight": lease.max_in_flight,
+            "throttle_seq": lease.throttle_seq}
 
 
 def fetch_result(c: dict[str, Any]) -> FetchResult:
@@ -36,7 +40,7 @@ def fetch_result(c: dict[str, Any]) -> FetchResult:
         c["lease_id"], c["url_id"], c["url_version"], Outcome(c["outcome"]), Kind(c["kind"]),
         c["attempt"], c["http_status"], c["fetch_duration_ms"] / 1000.0, c["retry_after"],
         c["redirect_location"], c["etag"], c["last_modified"], c["body_sha256"],
-        c["text_sha256"], c["body"])
+        c["text_sha256"], c["body"], c["fetched_at_ms"] / 1000.0, c["error"])
 
 
 def index_event(u: UrlState, c: dict[str, Any], change: Change | None) -> dict[str, Any]:

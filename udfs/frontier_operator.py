@@ -208,8 +208,12 @@ class FrontierFunction(KeyedProcessFunction):
                                                            check=False))
         self._save(h, before)
         wake = h.next_wake(now)
-        if wake is not None:  # fires when the crawl clock's watermark passes it
+        if wake is None:
+            return
+        if self.cfg.clock_topic:  # a virtual clock: fires when its watermark passes
             ctx.timer_service().register_event_time_timer(max(ms(wake), ms(now) + 1))
+        else:  # the wall clock: on time to the millisecond, not at the next tick
+            ctx.timer_service().register_processing_time_timer(max(ms(wake), ms(now) + 1))
 
     # -- inputs -----------------------------------------------------------------------
 

@@ -67,13 +67,14 @@ def checkpoint_uri(cfg: Config) -> str:
     return where if "://" in where else Path(where).resolve().as_uri()
 
 
-def make_env(cfg: Config, *, thread_mode: bool = False, bundle_size: int | None = None
-             ) -> StreamExecutionEnvironment:
+def make_env(cfg: Config, *, thread_mode: bool = False, bundle_size: int | None = None,
+             restore_from: str | None = None) -> StreamExecutionEnvironment:
     """A StreamExecutionEnvironment with checkpointing, restarts and jars from `cfg`.
 
     `bundle_size`: records handed to a process-mode Python worker at a time. A
     checkpoint waits until the worker has finished its bundle, so a slow record
-    delays checkpoints by up to a bundle's worth of them."""
+    delays checkpoints by up to a bundle's worth of them. `restore_from`: a savepoint or
+    retained checkpoint to start from (a local MiniCluster; `flink run -s` on a cluster)."""
     conf = Configuration()
     if bundle_size is not None:
         conf.set_string("python.fn-execution.bundle.size", str(bundle_size))
@@ -95,6 +96,14 @@ def make_env(cfg: Config, *, thread_mode: bool = False, bundle_size: int | None 
     conf.set_string("execution.checkpointing.interval", f"{cfg['flink.checkpoint_interval_ms']}ms")
     conf.set_string("execution.checkpointing.mode", "EXACTLY_ONCE")
     conf.set_string("execution.checkpointing.dir", checkpoint_uri(cfg))
+    # The newest N completed checkpoints are kept, and kept when the job is cancelled:
+    # a restore can go back to an older one.
+    conf.set_string("execution.checkpointing.num-retained",
+                    str(cfg["flink.checkpoints_retained"]))
+    conf.set_string("execution.checkpointing.externalized-checkpoint-retention",
+                    "RETAIN_ON_CANCELLATION")
+    if restore_from:
+        conf.set_string("execution.state-recovery.path", restore_from)
     conf.set_string("state.backend.type", cfg["flink.state_backend"])
     if cfg["flink.state_backend"] == "rocksdb":
         conf.set_string("execution.checkpointing.incremental", "true")
@@ -107,6 +116,14 @@ def make_env(cfg: Config, *, thread_mode: bool = False, bundle_size: int | None 
     env = StreamExecutionEnvironment.get_execution_environment(conf)
     env.set_parallelism(cfg["flink.parallelism"])
     return env
+
+
+def restoring(env: StreamExecutionEnvironment) -> bool:
+    """Whether the job starts from a savepoint or checkpoint (`flink run -s`, the Kubernetes
+    operator's upgrades, `execution.state-recovery.path`) rather than afresh."""
+    conf = env._j_stream_execution_environment.getConfiguration().toMap()
+    return bool(conf.get("execution.state-recovery.path") or
+                conf.get("execution.savepoint.path"))
 
 
 def kafka_source_stream(env: StreamExecutionEnvironment, cfg: Config, topic: str, group: str,

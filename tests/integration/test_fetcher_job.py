@@ -63,9 +63,12 @@ def test_fetcher_job_fetches_stores_and_reports(cfg, fresh_topics, tmp_path):
         producer.send(leases, b"not a lease")
         producer.flush()
 
-        got = _read(cfg, comps, "completion", lambda s: len(s) >= 2)
+        got = _read(cfg, comps, "completion", lambda s: len(s) >= 3)
         by_lease = {rec["lease_id"]: (key, rec) for key, rec in got}
-        assert set(by_lease) == {"L1", "L2"}
+        assert set(by_lease) == {"L1", "L2", "L3"}
+        # The expired lease is not sent, and said so: the frontier takes it back at once.
+        _, late = by_lease["L3"]
+        assert late["outcome"] == "NOT_SENT" and "expiry" in late["error"]
         _, robots = by_lease["L1"]
         assert robots["outcome"] == "OK" and b"Disallow: /private/" in robots["body"]
         key, page = by_lease["L2"]

@@ -50,7 +50,10 @@ def test_frontier_job_end_to_end_on_kafka(cfg, fresh_topics, tmp_path):
                  f"topics.deadletter.name={dlq}", "flink.checkpoint_interval_ms=1000",
                  "flink.restart_strategy=none", "politeness.min_gap_s=0.2",
                  # Only "ref" is dropped: utm_source is kept (a URL of its own).
-                 "urls.drop_query_params=[ref]", "frontier.daily_fetch_budget=6"]
+                 "urls.drop_query_params=[ref]", "frontier.daily_fetch_budget=6",
+                 # One lease at a time, so that the rounds below are exact (the
+                 # look-ahead has its own tests).
+                 "frontier.lookahead_s=0", "frontier.max_lookahead_leases=0"]
     # Its own process group, output to a log file (a pipe nobody reads could fill up).
     job = JobProcess("frontier", overrides, tmp_path / "frontier.log")
     job.start()

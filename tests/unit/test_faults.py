@@ -8,7 +8,6 @@ import pytest
 
 from udfs.config import load_config
 from udfs.faults import FaultInjector, InjectedCrash, injected
-from udfs.fetcher_operator import replayed_lease
 
 
 def faults(tmp_path, **kw) -> FaultInjector | None:
@@ -57,7 +56,14 @@ def test_parse_delay_stalls(tmp_path):
 
 
 def test_a_restarted_fetcher_skips_leases_issued_before_it_restarted():
-    lease = {"issued_at_ms": 1_000}
-    assert not replayed_lease(lease, None)  # first attempt: fetch everything
-    assert replayed_lease(lease, 1_001)  # may have been sent by the failed attempt
-    assert not replayed_lease({"issued_at_ms": 1_001}, 1_001)  # issued since
+    from udfs.core.backqueue import BackQueues, LeaseTiming, Skip
+    from udfs.core.politeness import Pace
+
+    def lease(issued: float) -> LeaseTiming:
+        return LeaseTiming(f"l{issued}", "http://h.example", issued, 0.0, 300.0, None, Pace())
+
+    first = BackQueues(float("-inf"), hold_s=5.0, fetch_s=60.0)  # a fresh start
+    assert first.admit(lease(1.000), 2.0) is None  # fetch everything
+    restarted = BackQueues(1.001, hold_s=5.0, fetch_s=60.0)
+    assert restarted.admit(lease(1.000), 2.0) is Skip.REPLAYED  # maybe sent before
+    assert restarted.admit(lease(1.001), 2.0) is None  # issued since

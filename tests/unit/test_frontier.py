@@ -25,7 +25,9 @@ from udfs.core.robots import RobotsPolicy
 from udfs.core.traps import DAY_S, TrapPolicy
 
 DEFAULTS = load_defaults()
-CFG = FrontierConfig.from_config(DEFAULTS)
+# The host rules one lease at a time (no look-ahead); the look-ahead tests use LOOKAHEAD.
+LOOKAHEAD = FrontierConfig.from_config(DEFAULTS)
+CFG = replace(LOOKAHEAD, lookahead_s=0.0, max_lookahead_leases=0)
 H = "http://h.example"
 ROBOTS = "User-agent: *\nDisallow: /private/\n"
 
@@ -517,3 +519,89 @@ def test_host_state_is_plain_data_by_field_name_and_survives_added_and_retired_f
     assert done.verdict is Acceptance.ACCEPTED
     # State written by this very code restores with nothing added.
     assert HostFrontier.restore(h.snapshot(), CFG).added_fields == frozenset()
+
+
+# -- look-ahead: leases granted before their time ------------------------------------------
+
+def lookahead_host(**policy):
+    return host(LOOKAHEAD, **policy)
+
+
+def test_lookahead_grants_followers_one_gap_apart_up_to_the_limit():
+    h = lookahead_host()
+    t = with_robots(h, urls=[f"{H}/p{i}" for i in range(6)])
+    first = h.poll(t - 1.0)  # due within lookahead_s (2 s): granted early
+    assert first is not None and first.prev_lease_id is None  # a head
+    assert first.not_before == t and first.expires_at == t + LOOKAHEAD.lease_timeout_s
+    second, third = h.poll(t - 1.0), h.poll(t - 1.0)
+    assert third is None  # due at t + 2: not within 2 s of t - 1
+    third = h.poll(t)
+    assert second.prev_lease_id == first.lease_id and second.not_before == t + 1.0
+    assert third.prev_lease_id == second.lease_id and third.not_before == t + 2.0
+    assert h.poll(t + 1.5) is None  # 1 in flight + 2 look-ahead: the limit
+    assert (first.gap_s, first.max_in_flight, first.duration_factor) == (1.0, 1, 10.0)
+    assert h.next_wake(t + 1.5) == first.expires_at  # nothing to grant until one returns
+
+
+def test_lookahead_after_completions_plans_from_the_real_end_and_heads_count_from_arrival():
+    h = lookahead_host()
+    t = with_robots(h, urls=[f"{H}/p{i}" for i in range(6)])
+    a, b = h.poll(t), h.poll(t)
+    # a ran at t and ended at t + 0.1 on the fetcher's clock; its completion arrives late.
+    h.complete(ok(a, duration=0.05, fetched_at=t + 0.1), t + 0.8)
+    c = h.poll(t + 0.8)
+    assert c.prev_lease_id == b.lease_id and c.not_before == t + 2.0  # b + one gap
+    h.complete(ok(b, fetched_at=t + 1.1), t + 1.5)
+    h.complete(ok(c, fetched_at=t + 2.1), t + 2.9)
+    head = h.poll(t + 2.9)
+    # Nothing out: a head, not before everything known (c's arrival + a gap).
+    assert head.prev_lease_id is None and head.not_before == t + 3.9
+
+
+def test_a_lease_not_sent_goes_back_without_spending_an_attempt_or_the_gap():
+    from udfs.core.backqueue import Skip
+
+    h = lookahead_host()
+    t = with_robots(h, urls=[f"{H}/p{i}" for i in range(3)])
+    a, b, c = h.poll(t), h.poll(t), h.poll(t)
+    before = (h.next_allowed_at, h.plan_at)
+    res = h.complete(ok(c, Outcome.NOT_SENT, detail=Skip.TOO_EARLY.value), t + 0.1)
+    assert res.verdict is Acceptance.ACCEPTED and not res.index
+    assert (h.next_allowed_at, h.plan_at) == before  # the host was not contacted
+    u = h.urls[c.url_id]
+    assert u.status is UrlStatus.QUEUED and c.lease_id not in h.in_flight
+    again = h.poll(t + 0.1)
+    assert again.url_id == c.url_id and again.attempt == 1 and again.url_version == 1
+    # A fetcher that lost the chain: only a head next, once nothing is out.
+    h.complete(ok(again, Outcome.NOT_SENT, detail=Skip.UNKNOWN_PREDECESSOR.value), t + 0.2)
+    assert h.heads_only and h.poll(t + 0.2) is None
+    h.complete(ok(a, fetched_at=t + 0.1), t + 0.3)
+    assert h.poll(t + 0.3) is None  # b is still out
+    h.complete(ok(b, fetched_at=t + 1.1), t + 1.2)
+    head = h.poll(t + 1.2)
+    assert head.prev_lease_id is None and not h.heads_only
+    # A repeated NOT_SENT for a lease already taken back changes nothing.
+    assert h.complete(ok(c, Outcome.NOT_SENT), t + 1.3).verdict is Acceptance.STALE
+
+
+def test_throttles_are_counted_into_leases_and_a_retry_after_hint_delays_the_plan():
+    h = lookahead_host()
+    t = with_robots(h, urls=[f"{H}/p{i}" for i in range(6)])
+    a = h.poll(t)
+    assert a.throttle_seq == 0
+    h.complete(ok(a, Outcome.THROTTLED, http_status=429, retry_after="5"), t + 0.1)
+    b = h.poll(t + 5.1)
+    assert b.throttle_seq == 1 and b.not_before >= t + 5.1
+    h.complete(ok(b, Outcome.NOT_SENT, retry_after="30"), t + 5.2)
+    assert h.poll(t + 20.0) is None and h.poll(t + 33.5) is not None
+
+
+def test_lease_ids_stay_unique_when_a_restore_repeats_the_sequence():
+    h = lookahead_host()
+    t = with_robots(h, urls=[f"{H}/p{i}" for i in range(6)])
+    snap = h.snapshot()
+    lost = h.poll(t)  # granted after the checkpoint: the restore forgets it
+    r = HostFrontier.restore(snap, LOOKAHEAD)
+    again = r.poll(t + 0.5)
+    assert lost.lease_id.split("@")[0] == again.lease_id.split("@")[0]  # same sequence
+    assert lost.lease_id != again.lease_id

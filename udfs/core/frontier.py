@@ -31,10 +31,12 @@ from udfs.core.fingerprints import url_ids
 from udfs.core.politeness import (
     HostPolicy,
     Jitter,
+    Pace,
     backoff_delay,
     cut_allowance,
     effective_gap,
     effective_in_flight,
+    host_pace,
     parse_retry_after,
     recover_allowance,
 )
@@ -94,6 +96,9 @@ class Outcome(StrEnum):
     UNSUPPORTED_TYPE = "UNSUPPORTED_TYPE"
     PARSE_ERROR = "PARSE_ERROR"
     OTHER_ERROR = "OTHER_ERROR"
+    # The fetcher did not send the lease and knows no one did (udfs/core/backqueue.py):
+    # the URL goes back to the queue at once, without spending an attempt.
+    NOT_SENT = "NOT_SENT"
 
 
 RETRYABLE = frozenset({Outcome.SERVER_ERROR, Outcome.DNS_ERROR, Outcome.CONNECT_ERROR,
@@ -120,6 +125,12 @@ class FrontierConfig:
     max_resident_urls: int = 20_000
     cold_bucket_s: float = 3600.0
     cache_urls: int = 2_000_000  # the frontier job's cache of live hosts, in URLs
+    # Look-ahead: leases granted before their time (the fetcher holds them until their
+    # not_before and enforces the gap at request time), so that a host's pace is not
+    # the round trip of lease and completion. Up to max_lookahead_leases beyond the
+    # host's in-flight limit, each due within lookahead_s. 0 and 0: one lease at a time.
+    lookahead_s: float = 2.0
+    max_lookahead_leases: int = 2
     clock_idle_ms: int = 1000  # the frontier job's crawl clock (see the defaults file)
     clock_topic: str = ""
 
@@ -173,6 +184,20 @@ class Lease:
     depth: int = 0
     etag: str | None = None
     last_modified: str | None = None
+    # When the lease may be used, the lease granted just before it if that one was
+    # still out (None: a head, see udfs/core/backqueue.py), and the host's pace and
+    # throttle count at the grant: what the fetcher enforces.
+    not_before: float = 0.0
+    prev_lease_id: str | None = None
+    gap_s: float = 1.0
+    duration_factor: float = 10.0
+    max_gap_s: float = 120.0
+    max_in_flight: int = 1
+    throttle_seq: int = 0
+
+    @property
+    def pace(self) -> Pace:
+        return Pace(self.gap_s, self.duration_factor, self.max_gap_s, self.max_in_flight)
 
 
 @dataclass(frozen=True)
@@ -194,6 +219,8 @@ class FetchResult:
     body_sha256: str | None = None
     text_sha256: str | None = None
     robots_body: str | bytes | None = None
+    fetched_at: float | None = None  # when the request ended, on the fetcher's clock
+    detail: str | None = None  # the error text; for NOT_SENT, why (a backqueue.Skip)
 
 
 class Acceptance(StrEnum):
@@ -235,7 +262,11 @@ class HostFrontier:
         self.robots_lease: Lease | None = None
         self.robots_follow: tuple[str, int] | None = None  # redirect to fetch next, hops
         self._robots_hops = 0  # redirects behind the robots lease in flight
-        self.next_allowed_at = 0.0
+        self.next_allowed_at = 0.0  # a head lease's earliest start: after everything known
+        self.plan_at = 0.0  # no follower before: the real ends (and the fetcher's hints)
+        self.heads_only = False  # a fetcher lost the chain: grant a head next
+        self.throttles = 0  # 429/503 answers seen (leases carry it: throttle_seq)
+        self.last_duration_s = 0.0  # of the last fetch that came back: plans the next gaps
         self.backoff_until = 0.0
         self.backoff_exponent = 0
         self.allowance = 1.0
@@ -277,6 +308,9 @@ class HostFrontier:
 
     def gap_s(self, fetch_duration_s: float = 0.0) -> float:
         return effective_gap(self.policy, self.allowance, self._crawl_delay, fetch_duration_s)
+
+    def pace(self) -> Pace:
+        return host_pace(self.policy, self.allowance, self._crawl_delay)
 
     def _count(self, name: str) -> None:
         self.stats[name] = self.stats.get(name, 0) + 1
@@ -469,9 +503,11 @@ class HostFrontier:
 
     # -- leasing --------------------------------------------------------------
 
-    def _new_lease_id(self) -> str:
+    def _new_lease_id(self, now: float) -> str:
+        """host#sequence@grant-time-ms: the sequence orders a host's leases; the grant time
+        keeps ids unique when a restore from an older checkpoint repeats a sequence."""
         self._lease_seq += 1
-        return f"{self.host_key}#{self._lease_seq}"
+        return f"{self.host_key}#{self._lease_seq}@{int(round(now * 1000))}"
 
     def expire(self, now: float) -> list[Lease]:
         """Expire overdue leases: re-let their URLs (attempt + 1) or park them."""
@@ -501,18 +537,49 @@ class HostFrontier:
         self._count("urls_parked")
         self._enqueue(u, now + self.cfg.recrawl.failed_visit_interval_s)
 
+    def _lease_limit(self) -> int:
+        """Leases the host may have out at once: its in-flight limit plus the look-ahead
+        (only one, a head, after a fetcher lost the chain)."""
+        if self.heads_only:
+            return 1
+        return effective_in_flight(self.policy, self.allowance) + self.cfg.max_lookahead_leases
+
+    def _next_start(self, now: float) -> float:
+        """The not_before of the next lease: a head counts from everything the frontier
+        knows (completions as they arrived, expiries); a follower keeps the plan (the
+        fetcher counts the gap from the previous request's real end)."""
+        if self.in_flight:
+            gap = self.gap_s(self.last_duration_s)  # as the fetcher will count it
+            last = max(lease.not_before for lease in self.in_flight.values()) + gap
+            return max(now, self.plan_at, last)
+        return max(now, self.next_allowed_at, self.plan_at)
+
     def ready_at(self, now: float) -> float:
         """The earliest time the host's tokens allow a request (ignoring the queue)."""
-        return max(self.next_allowed_at, self.backoff_until, now)
+        return max(self._next_start(now), self.backoff_until)
 
     def _tokens_free(self, now: float) -> bool:
-        return (now >= self.next_allowed_at and now >= self.backoff_until and
-                len(self.in_flight) < effective_in_flight(self.policy, self.allowance))
+        return (now >= self.backoff_until and len(self.in_flight) < self._lease_limit() and
+                self._next_start(now) <= now + self.cfg.lookahead_s)
+
+    def _new_lease(self, now: float, lease_id: str, url_id: str, version: int, attempt: int,
+                   url: str, kind: Kind, depth: int = 0, etag: str | None = None,
+                   last_modified: str | None = None) -> Lease:
+        """A lease starting at the next start, following the last lease still out."""
+        start = self._next_start(now)
+        prev = max(self.in_flight.values(), key=attrgetter("not_before", "issued_at"),
+                   default=None)
+        pace = self.pace()
+        return Lease(lease_id, url_id, version, attempt, now, start + self.cfg.lease_timeout_s,
+                     url, self.host_key, kind, depth, etag, last_modified, start,
+                     None if prev is None else prev.lease_id, pace.gap_s,
+                     pace.duration_factor, pace.max_gap_s, pace.max_in_flight, self.throttles)
 
     def _grant(self, now: float, lease: Lease) -> Lease:
         self.in_flight[lease.lease_id] = lease
-        # Granting takes the host's token: the next grant waits at least one gap.
-        self.next_allowed_at = max(self.next_allowed_at, now + self.gap_s())
+        # Granting takes the host's token: the next lease is planned one gap later.
+        self.next_allowed_at = max(self.next_allowed_at,
+                                   lease.not_before + self.gap_s(self.last_duration_s))
         return lease
 
     def _robots_url(self) -> str:
@@ -538,9 +605,8 @@ class HostFrontier:
             self.robots_version += 1
             self._robots_hops = hops
             self._count("robots_leases")
-            self.robots_lease = Lease(self._new_lease_id(), "robots", self.robots_version, 1,
-                                      now, now + self.cfg.lease_timeout_s, url, self.host_key,
-                                      Kind.ROBOTS)
+            self.robots_lease = self._new_lease(now, self._new_lease_id(now), "robots",
+                                                self.robots_version, 1, url, Kind.ROBOTS)
             return self._grant(now, self.robots_lease)
         if not wants_pages or self._robots_blocking(now):
             return None
@@ -575,9 +641,9 @@ class HostFrontier:
             u.relet = False
             u.status = UrlStatus.LEASED
             self._dirty.add(u.url_id)
-            lease = Lease(self._new_lease_id(), u.url_id, u.version, u.attempt, now,
-                          now + self.cfg.lease_timeout_s, u.url, self.host_key, u.kind,
-                          u.depth, u.etag, u.last_modified if u.etag is None else None)
+            lease = self._new_lease(now, self._new_lease_id(now), u.url_id, u.version,
+                                    u.attempt, u.url, u.kind, u.depth, u.etag,
+                                    u.last_modified if u.etag is None else None)
             u.lease_id = lease.lease_id
             self._count("leases_granted")
             return self._grant(now, lease)
@@ -586,7 +652,7 @@ class HostFrontier:
     def next_wake(self, now: float) -> float | None:
         """When this host next needs attention (a grant may be possible, or a lease expires)."""
         times = [lease.expires_at for lease in self.in_flight.values()]
-        if len(self.in_flight) < effective_in_flight(self.policy, self.allowance):
+        if len(self.in_flight) < self._lease_limit():
             want: float | None
             if self.robots_lease is None and self.robots_follow is not None:
                 want = now
@@ -600,16 +666,26 @@ class HostFrontier:
             if want is not None:
                 budget_reset = (now // DAY_S + 1) * DAY_S \
                     if self.budget.remaining(now, self.policy.daily_budget) == 0 else 0.0
-                times.append(max(want, self.next_allowed_at, self.backoff_until, budget_reset))
+                times.append(max(want, self._next_start(now) - self.cfg.lookahead_s,
+                                 self.backoff_until, budget_reset))
         return min(times) if times else None
 
     # -- completion -----------------------------------------------------------
 
     def complete(self, r: FetchResult, now: float) -> CompletionResult:
         """Apply one fetch outcome; conditional on (url_id, url_version)."""
+        if r.outcome is Outcome.NOT_SENT:
+            return self._not_sent(r, now)
         lease = self.in_flight.pop(r.lease_id, None)
-        # Whatever happened, the host was contacted: the next request waits a full gap.
+        if not self.in_flight:
+            self.heads_only = False
+        # Whatever happened, the host was contacted: the next request waits a full gap,
+        # for a head counted from now (the completion's arrival), for a follower from the
+        # request's end as the fetcher saw it.
         self.next_allowed_at = max(self.next_allowed_at, now + self.gap_s(r.fetch_duration_s))
+        ended = now if r.fetched_at is None else min(now, r.fetched_at)
+        self.plan_at = max(self.plan_at, ended + self.gap_s(r.fetch_duration_s))
+        self.last_duration_s = r.fetch_duration_s
         self._host_signal(r, now)
         if r.kind is Kind.ROBOTS:
             return self._complete_robots(r, lease, now)
@@ -636,9 +712,41 @@ class HostFrontier:
         self._maybe_spill(u, now)
         return out
 
+    def _not_sent(self, r: FetchResult, now: float) -> CompletionResult:
+        """The fetcher did not send the lease (and knows no one did): take it back, the URL
+        to the queue with its attempt unspent; the host was not contacted."""
+        from udfs.core.backqueue import Skip  # the fetcher's reasons
+
+        lease = self.in_flight.pop(r.lease_id, None)
+        if lease is None:
+            self._count("completions_stale")
+            return CompletionResult(Acceptance.STALE, reason="unknown lease")
+        self._count("leases_not_sent")
+        if r.detail == Skip.UNKNOWN_PREDECESSOR.value and self.in_flight:
+            self.heads_only = True  # the fetcher cannot follow the leases still out
+        if not self.in_flight:
+            self.heads_only = False
+        hint = parse_retry_after(r.retry_after, now)
+        if hint is not None:  # the fetcher's own wait for the host (a Retry-After it saw)
+            self.plan_at = max(self.plan_at, hint)
+            self.next_allowed_at = max(self.next_allowed_at, hint)
+        if lease.kind is Kind.ROBOTS:
+            if self.robots_lease is not None and self.robots_lease.lease_id == lease.lease_id:
+                self.robots_lease = None
+                self.robots_version -= 1  # not fetched: the same robots round again
+            return CompletionResult(Acceptance.ACCEPTED, url=lease.url, reason="not sent")
+        u = self.urls.get(lease.url_id)
+        if u is not None and u.lease_id == lease.lease_id and u.status is UrlStatus.LEASED:
+            self._dirty.add(u.url_id)
+            u.status, u.lease_id, u.relet = UrlStatus.QUEUED, None, True
+            u.attempt -= 1  # the re-let adds it back: nothing was spent
+            self._enqueue(u, min(u.next_fetch_at, now))  # its place in the queue, kept
+        return CompletionResult(Acceptance.ACCEPTED, url=lease.url, reason="not sent")
+
     def _host_signal(self, r: FetchResult, now: float) -> None:
         """Backoff and allowance from what the host answered."""
         if r.outcome is Outcome.THROTTLED:
+            self.throttles += 1
             until = parse_retry_after(r.retry_after, now)
             if until is None:
                 until = now + backoff_delay(self.policy, self.backoff_exponent, self.rng.random())
@@ -672,6 +780,10 @@ class HostFrontier:
             self.robots_follow = (follow, self._robots_hops + 1)
         self._parsed = parse_robots(self.robots.body) if self.robots.body else None
         self._crawl_delay = crawl_delay_s(self.robots, self.cfg.robots, self._parsed)
+        # A Crawl-delay just learned counts from this fetch already.
+        ended = now if r.fetched_at is None else min(now, r.fetched_at)
+        self.next_allowed_at = max(self.next_allowed_at, now + self.gap_s(r.fetch_duration_s))
+        self.plan_at = max(self.plan_at, ended + self.gap_s(r.fetch_duration_s))
         found = [(url, 0, 0, "ROBOTS_SITEMAP") for url in
                  (self._parsed.sitemap_urls(lease.url) if self._parsed else [])]
         self._count("robots_fetched")
@@ -743,6 +855,8 @@ class HostFrontier:
             "robots_lease": None if self.robots_lease is None else _fields_of(self.robots_lease),
             "robots_follow": self.robots_follow, "robots_hops": self._robots_hops,
             "next_allowed_at": self.next_allowed_at, "backoff_until": self.backoff_until,
+            "plan_at": self.plan_at, "heads_only": self.heads_only,
+            "throttles": self.throttles, "last_duration_s": self.last_duration_s,
             "backoff_exponent": self.backoff_exponent, "allowance": self.allowance,
             "in_flight": {k: _fields_of(v) for k, v in self.in_flight.items()},
             "budget": _fields_of(self.budget),
@@ -795,6 +909,8 @@ class HostFrontier:
         h.robots_follow = snap["robots_follow"]
         h._robots_hops = snap["robots_hops"]
         h.next_allowed_at, h.backoff_until = snap["next_allowed_at"], snap["backoff_until"]
+        h.plan_at, h.heads_only = snap["plan_at"], snap["heads_only"]
+        h.throttles, h.last_duration_s = snap["throttles"], snap["last_duration_s"]
         h.backoff_exponent, h.allowance = snap["backoff_exponent"], snap["allowance"]
         h.in_flight = {k: _from_fields(Lease, v, added, "in_flight")
                        for k, v in snap["in_flight"].items()}

@@ -46,12 +46,38 @@ class HostPolicy:
         return replace(self, **fields, policy_version=version)
 
 
+@dataclass(frozen=True, slots=True)
+class Pace:
+    """A host's pace as it stands now: what the frontier grants with every lease and the
+    fetcher enforces at request time (the same rule on both sides: `gap_after`).
+
+    `gap_s` is the shortest wait after a request before the next one starts (the policy's
+    gap or the Crawl-delay, divided by the allowance); after a request that took d
+    seconds the wait is `duration_factor` * d when that is longer (Mercator's rule), but
+    at most `max_gap_s`. `max_in_flight` requests may run at once."""
+
+    gap_s: float = 1.0
+    duration_factor: float = 10.0
+    max_gap_s: float = 120.0
+    max_in_flight: int = 1
+
+    def gap_after(self, duration_s: float = 0.0) -> float:
+        """Seconds to wait after a request of `duration_s` before the next one starts."""
+        return min(max(self.gap_s, self.duration_factor * duration_s), self.max_gap_s)
+
+
+def host_pace(policy: HostPolicy, allowance: float, crawl_delay_s: float = 0.0) -> Pace:
+    """The pace of a host with this policy, allowance and (honoured) Crawl-delay."""
+    scale = 1.0 / max(allowance, policy.allowance_min)
+    base = max(policy.min_gap_s, crawl_delay_s)
+    return Pace(base * scale, policy.duration_factor * scale,
+                max(policy.max_gap_s, base) * scale, effective_in_flight(policy, allowance))
+
+
 def effective_gap(policy: HostPolicy, allowance: float, crawl_delay_s: float = 0.0,
                   fetch_duration_s: float = 0.0) -> float:
     """Seconds to wait after a request before the next one to the same host."""
-    gap = max(policy.min_gap_s, crawl_delay_s, policy.duration_factor * fetch_duration_s)
-    gap = min(gap, max(policy.max_gap_s, policy.min_gap_s, crawl_delay_s))
-    return gap / max(allowance, policy.allowance_min)
+    return host_pace(policy, allowance, crawl_delay_s).gap_after(fetch_duration_s)
 
 
 def effective_in_flight(policy: HostPolicy, allowance: float) -> int:

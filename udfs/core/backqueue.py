@@ -1,0 +1,183 @@
+"""The fetcher's back queues: per host, when a granted lease may be sent (pure, takes `now`).
+
+The frontier is the single owner of a host's tokens. It grants a bounded look-ahead of
+leases per host, each with the earliest time it may be used (`not_before`) and the
+host's pace (`udfs.core.politeness.Pace`), without waiting for the previous fetch to
+come back. The fetcher keeps one `Slot` per host (Mercator's back queues, StormCrawler's
+FetchItemQueues, Scrapy's downloader slots) and sends a lease only when every one of
+these holds at that moment:
+
+1. this fetcher incarnation's own history of the host allows it: fewer requests in
+   flight than the lease's `max_in_flight`, at least `gap_after(duration)` since the
+   end of its last request to the host, and no Retry-After window or throttle stop in
+   force;
+2. `now >= not_before` (the frontier's plan: it includes everything the frontier knows,
+   e.g. a Retry-After that reached it, or an expired lease);
+3. the fetcher knows everything that may have happened to the host before this lease:
+   the lease is a *head* (`prev_lease_id` is None: when it was granted, the host had no
+   other lease out, so its `not_before` already counts from the end of every earlier
+   request) or its predecessor was admitted by this same incarnation (so rule 1 covers
+   it). A lease whose predecessor this incarnation never saw (it went to an earlier
+   incarnation, before a crash) is not sent.
+
+A lease issued before this incarnation started is never sent (an earlier incarnation
+may have sent it a moment before it failed): it is left to expire, and the frontier
+re-lets it as a head after the expiry, with the gap counted from there. Every other
+lease that is not sent is reported back as NOT_SENT (the fetcher knows it was not
+sent: no other incarnation can have seen a lease issued after this one started), so the
+frontier takes it back at once without spending an attempt.
+
+Why no failure can break politeness follows from these rules; see the README section
+"Pace and politeness".
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from udfs.core.politeness import Pace
+
+
+class Skip(StrEnum):
+    """Why a lease is not sent."""
+
+    REPLAYED = "issued before this fetcher started"  # silent: it expires
+    DUPLICATE = "this lease was already received"  # silent: the first copy is handled
+    UNKNOWN_PREDECESSOR = "its predecessor went to an earlier fetcher"
+    HALTED = "the host throttled us, and the frontier had not seen it when it granted this"
+    TOO_LATE = "its start would come too close to its expiry"
+    TOO_EARLY = "its start is further away than the fetcher holds a lease"
+
+
+# Skips the fetcher reports (NOT_SENT): it knows no one sent these leases.
+REPORTED = frozenset({Skip.UNKNOWN_PREDECESSOR, Skip.HALTED, Skip.TOO_LATE, Skip.TOO_EARLY})
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseTiming:
+    """What the back queue needs of a lease (seconds on the crawl clock)."""
+
+    lease_id: str
+    host_key: str
+    issued_at: float
+    not_before: float
+    expires_at: float
+    prev_lease_id: str | None
+    pace: Pace
+    throttle_seq: int = 0  # the 429/503 answers the frontier had seen from the host
+
+
+@dataclass
+class Slot:
+    """One host as this fetcher incarnation has seen it."""
+
+    in_flight: int = 0
+    free_at: float = 0.0  # earliest next start: end of the last request + its gap
+    last_end: float | None = None  # the last request's end and duration: the gap after
+    last_duration: float = 0.0  # it is counted again with each lease's (newer) pace
+    blocked_until: float = 0.0  # a Retry-After window
+    # After a 429/503, leases granted before the frontier had seen it (a lower
+    # throttle_seq) are not sent: it is backing off and will grant afresh.
+    halt_seq: int = 0
+    admitted: OrderedDict[str, None] = field(default_factory=OrderedDict)  # recent ids
+    last_used: float = 0.0
+
+
+class BackQueues:
+    """Every host's slot in one fetcher incarnation.
+
+    `started_at`: when the incarnation started (leases issued before are never sent).
+    `hold_s`: the longest a lease is held waiting for its turn; one whose turn is further
+    away is not sent (NOT_SENT), so that a waiting lease never holds the fetch stage's
+    bundle (and a checkpoint) back for long. `fetch_s`: the longest a fetch takes; a
+    lease is sent only if the fetch ends before the lease expires."""
+
+    def __init__(self, started_at: float, hold_s: float, fetch_s: float,
+                 remember: int = 256) -> None:
+        self.started_at = started_at
+        self.hold_s = hold_s
+        self.fetch_s = fetch_s
+        self.remember = remember
+        self.slots: dict[str, Slot] = {}
+
+    def slot(self, host_key: str) -> Slot:
+        s = self.slots.get(host_key)
+        if s is None:
+            s = self.slots[host_key] = Slot()
+        return s
+
+    def admit(self, lease: LeaseTiming, now: float) -> Skip | None:
+        """First sight of a lease: None if it may be sent (when `wait` says), else why not."""
+        if lease.issued_at < self.started_at:
+            return Skip.REPLAYED
+        s = self.slot(lease.host_key)
+        s.last_used = now
+        if lease.lease_id in s.admitted:
+            return Skip.DUPLICATE
+        if lease.prev_lease_id is not None and lease.prev_lease_id not in s.admitted:
+            return Skip.UNKNOWN_PREDECESSOR
+        s.admitted[lease.lease_id] = None
+        while len(s.admitted) > self.remember:
+            s.admitted.popitem(last=False)
+        return None
+
+    def wait(self, lease: LeaseTiming, now: float) -> float | Skip | None:
+        """Seconds until the lease may be sent (0: now); None: a request to the host is in
+        flight at the limit (ask again when it ends); a Skip: it will not be sent."""
+        s = self.slot(lease.host_key)
+        s.last_used = now
+        if lease.throttle_seq < s.halt_seq:
+            return Skip.HALTED
+        start = self.start_at(lease, now)
+        if start + self.fetch_s > lease.expires_at:
+            return Skip.TOO_LATE
+        if start - now > self.hold_s:
+            return Skip.TOO_EARLY
+        if start > now:
+            return start - now
+        if s.in_flight >= lease.pace.max_in_flight:
+            return None
+        return 0.0
+
+    def start_at(self, lease: LeaseTiming, now: float) -> float:
+        """The earliest time the lease could start, as far as this incarnation knows."""
+        s = self.slot(lease.host_key)
+        after_last = float("-inf") if s.last_end is None else \
+            s.last_end + lease.pace.gap_after(s.last_duration)
+        return max(now, lease.not_before, s.free_at, after_last, s.blocked_until)
+
+    def begin(self, lease: LeaseTiming, now: float) -> None:
+        """The request starts now (call only when `wait` returned 0, with no await between).
+
+        The gap counts from this start too (until the request ends and counts it from its
+        end): with several requests allowed in flight, the next may start one gap later."""
+        s = self.slot(lease.host_key)
+        s.in_flight += 1
+        s.free_at = max(s.free_at, now + lease.pace.gap_s)
+
+    def end(self, lease: LeaseTiming, now: float, duration_s: float, *,
+            retry_until: float | None = None, throttled: bool = False) -> None:
+        """The request ended now after `duration_s`; `retry_until`: a Retry-After's end;
+        `throttled`: a 429/503 (leases the frontier granted before it sees this one are not
+        sent)."""
+        s = self.slot(lease.host_key)
+        s.in_flight = max(0, s.in_flight - 1)
+        s.free_at = max(s.free_at, now + lease.pace.gap_after(duration_s))
+        s.last_end, s.last_duration = now, duration_s
+        if retry_until is not None:
+            s.blocked_until = max(s.blocked_until, retry_until)
+        if throttled:
+            s.halt_seq = max(s.halt_seq, lease.throttle_seq + 1)
+        s.last_used = now
+
+    def forget_idle(self, now: float, idle_s: float) -> int:
+        """Drop slots unused for `idle_s` with nothing in flight and no wait pending (their
+        admitted ids go too: a follower of a forgotten lease is then not sent, safely)."""
+        idle = [k for k, s in self.slots.items()
+                if s.in_flight == 0 and now - s.last_used > idle_s and
+                now > max(s.free_at, s.blocked_until)]
+        for k in idle:
+            del self.slots[k]
+        return len(idle)
