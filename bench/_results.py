@@ -51,3 +51,62 @@ def record(name: str, title: str, rows: list[tuple[str, str]], notes: str = "") 
     text = pattern.sub(lambda _: body, text) if pattern.search(text) else \
         text.rstrip("\n") + "\n\n" + body
     RESULTS.write_text(text.rstrip("\n") + "\n", encoding="utf-8")
+
+
+def tree_pids(roots: list[int]) -> set[int]:
+    """The processes in the trees under `roots` (roots included), from /proc."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:
+            continue
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        children.setdefault(ppid, []).append(int(entry))
+    out, todo = set(), list(roots)
+    while todo:
+        pid = todo.pop()
+        if pid not in out:
+            out.add(pid)
+            todo.extend(children.get(pid, []))
+    return out
+
+
+def cpu_seconds(pids: set[int]) -> float:
+    """User + system CPU seconds used so far by these processes (live ones; a process
+    that has exited is counted by its parent's cutime once reaped)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    total = 0
+    for pid in pids:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += int(fields[11]) + int(fields[12])  # utime, stime
+    return total / tick
+
+
+class CpuMeter:
+    """Machine CPU of a set of process trees between start() and stop(): re-reads the
+    trees at each sample (workers come and go), keeping each process's last figure."""
+
+    def __init__(self, roots: list[int]) -> None:
+        self.roots = roots
+        self.base: dict[int, float] = {}
+        self.last: dict[int, float] = {}
+
+    def _sample(self) -> dict[int, float]:
+        return {pid: cpu_seconds({pid}) for pid in tree_pids(self.roots)}
+
+    def start(self) -> None:
+        self.base = self._sample()
+        self.last = dict(self.base)
+
+    def sample(self) -> None:
+        self.last.update(self._sample())
+
+    def seconds(self) -> float:
+        self.sample()
+        return sum(v - self.base.get(pid, 0.0) for pid, v in self.last.items())

@@ -35,6 +35,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     print(cfg.log_line("fetcher"), flush=True)  # what this job was configured with
 
     env = make_env(cfg, bundle_size=cfg["fetch.bundle_size"],
+                   bundle_time_ms=cfg["fetch.bundle_time_ms"],
                    restore_from=args.from_checkpoint)
     kafka = KafkaIO(env, cfg)
     leases = kafka.source(cfg.topic("leases"), "fetcher", bounded=args.bounded)

@@ -199,6 +199,7 @@ _RULES: dict[str, Callable[[Any], str | None]] = {
     "fetch.dns_negative_ttl_s": _between(0, 86400),
     "fetch.bundle_size": _between(1, 100_000),
     "fetch.hold_s": _between(0.1, 600),
+    "fetch.bundle_time_ms": _between(1, 60_000),
     "faults.crash_after_response": _regex,
     "faults.drop_completion": _regex,
     "faults.parse_delay_s": _between(0, 60),

@@ -68,7 +68,8 @@ def checkpoint_uri(cfg: Config) -> str:
 
 
 def make_env(cfg: Config, *, thread_mode: bool = False, bundle_size: int | None = None,
-             restore_from: str | None = None) -> StreamExecutionEnvironment:
+             bundle_time_ms: int | None = None, restore_from: str | None = None
+             ) -> StreamExecutionEnvironment:
     """A StreamExecutionEnvironment with checkpointing, restarts and jars from `cfg`.
 
     `bundle_size`: records handed to a process-mode Python worker at a time. A
@@ -78,6 +79,8 @@ def make_env(cfg: Config, *, thread_mode: bool = False, bundle_size: int | None 
     conf = Configuration()
     if bundle_size is not None:
         conf.set_string("python.fn-execution.bundle.size", str(bundle_size))
+    if bundle_time_ms is not None:
+        conf.set_string("python.fn-execution.bundle.time", str(bundle_time_ms))
     jars = job_jars(cfg)
     if jars:
         conf.set_string("pipeline.jars", ";".join(jars))
