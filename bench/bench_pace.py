@@ -26,7 +26,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 from bench._results import record  # noqa: E402
-from crawler.run import JobProcess, publish_seeds, synthetic_overrides  # noqa: E402
+from crawler.run import JobProcess, publish_seeds  # noqa: E402
 from crawler.synthetic_web import Site, SyntheticWeb  # noqa: E402
 from udfs.config import TOPIC_KEYS, load_config  # noqa: E402
 

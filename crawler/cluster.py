@@ -8,10 +8,14 @@ upgrade (stop with a savepoint, resubmit the current code from it) and rescale.
 
 Each procedure is the plain `flink` CLI command the README lists, run with this
 cluster's configuration; `FLINK_REST` (host:port) points them at another cluster.
-Every process binds to 127.0.0.1; PID files and logs live under
+Every process binds to 127.0.0.1; PID files and logs (RocksDB's too) live under
 <local.state_dir>/cluster. The JobManager and each TaskManager are services like
 the local Kafka broker (crawler/local.py): started in the foreground of their own
-process group, stopped by PID, never twice.
+process group and session, stopped by PID, never twice. A TaskManager's Python
+workers (process mode: pyflink-udf-runner.sh, beam_boot, the SDK worker) are in its
+process group; they outlive a TaskManager killed alone (kill -9), re-parented to init.
+Every process of the cluster, workers included, inherits CLUSTER_ENV=<the cluster's
+folder> in its environment: `down` finds such strays by it and ends them too.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -26,7 +31,7 @@ import urllib.request
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from crawler.local import LocalStack, ServiceStatus, StackError, _Service
+from crawler.local import LocalStack, ServiceStatus, StackError, _alive, _Service
 from udfs.config import Config
 
 JOB_NAMES = {"frontier": "crawl frontier", "fetcher": "crawl fetcher"}
@@ -36,6 +41,9 @@ JOB_NAMES = {"frontier": "crawl frontier", "fetcher": "crawl fetcher"}
 # upgrade therefore restarts the TaskManagers that ran the old job.
 THREAD_MODE_JOBS = frozenset({"frontier"})
 _RESOURCE_ID = re.compile(r"ResourceID: (\S+)")
+# In the environment of every process of a cluster (and so of its TaskManagers'
+# Python workers, which inherit the TaskManager's): the cluster's folder.
+CLUSTER_ENV = "CRAWL_FLINK_CLUSTER"
 
 
 def pyflink_home() -> Path:
@@ -98,6 +106,21 @@ class TaskManagerService(_FlinkService):
             found = _RESOURCE_ID.findall(fh.read().decode("utf-8", "replace"))
         return found[-1] if found else None
 
+    def kill(self) -> int | None:
+        """kill -9 of this TaskManager with its Python workers (its process group), as
+        when its container dies; returns the PID, or None if it was not running."""
+        pid = self.pid()
+        if pid is None:
+            return None
+        try:
+            os.killpg(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            return pid
+        deadline = time.monotonic() + 10
+        while _alive(pid) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        return pid
+
     def ready(self) -> bool:
         rid = self.resource_id()
         listed = (self.cluster.get_json("/taskmanagers") or {}).get("taskmanagers", [])
@@ -117,7 +140,7 @@ class Cluster:
     def flink_env(self, log_dir: Path) -> dict[str, str]:
         return {"FLINK_CONF_DIR": str(self.root / "conf"), "FLINK_LIB_DIR": str(self.root / "lib"),
                 "FLINK_LOG_DIR": str(log_dir), "FLINK_PID_DIR": str(log_dir),
-                "FLINK_HOME": str(pyflink_home())}
+                "FLINK_HOME": str(pyflink_home()), CLUSTER_ENV: str(self.root)}
 
     def prepare(self) -> None:
         """conf/config.yaml (loopback only) and lib/ (the distribution's jars, plus
@@ -154,6 +177,12 @@ class Cluster:
             "heartbeat.timeout": 10000,
             "classloader.parent-first-patterns.additional": "pemja.",
             "execution.checkpointing.savepoint-dir": self.savepoint_dir().as_uri(),
+            # RocksDB's LOG files (by default beside the Flink log; a job run from
+            # udfs.runtime would otherwise put them under the client's state folder).
+            "state.backend.rocksdb.log.dir": str(self.root / "rocksdb-logs"),
+            # Where a `flink` command run by hand with this configuration logs (ours set
+            # FLINK_LOG_DIR; the default is the log/ folder of the installed package).
+            "env.log.dir": str(self.root / "client"),
             "env.java.opts.all": java_opts,
         }
         (conf / "config.yaml").write_text(
@@ -179,9 +208,41 @@ class Cluster:
             log(tm.start(timeout))
 
     def down(self, log: Callable[[str], None] = print) -> None:
+        """Stop the TaskManagers (each with its process group: its Python workers), the
+        JobManager, then any process left that carries this cluster's CLUSTER_ENV — the
+        workers of a TaskManager that was killed alone, a client still running."""
         for tm in reversed(self.taskmanagers()):
             log(tm.stop())
         log(self.jobmanager.stop())
+        strays = self.kill_strays()
+        if strays:
+            log(f"stopped {len(strays)} leftover process(es) of this cluster: "
+                + ", ".join(map(str, strays)))
+
+    def processes(self) -> list[int]:
+        """Live processes of this cluster, found by CLUSTER_ENV in their environment."""
+        return cluster_processes(self.root)
+
+    def kill_strays(self, grace_s: float = 5.0) -> list[int]:
+        """SIGTERM, then SIGKILL, each live process of this cluster (see `processes`);
+        returns their PIDs. Each round looks them up again: a PID is only signalled
+        while its environment names this cluster."""
+        killed: list[int] = []
+        for sig, wait in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 10.0)):
+            pids = self.processes()
+            if not pids:
+                break
+            for pid in pids:
+                try:
+                    os.kill(pid, sig)
+                except ProcessLookupError:
+                    continue
+                if pid not in killed:
+                    killed.append(pid)
+            deadline = time.monotonic() + wait
+            while time.monotonic() < deadline and any(_alive(p) for p in pids):
+                time.sleep(0.2)
+        return killed
 
     def status(self) -> list[ServiceStatus]:
         return [self.jobmanager.status(), *(tm.status() for tm in self.taskmanagers())]
@@ -307,6 +368,41 @@ class Cluster:
         if jid is None:
             raise StackError(f"{job} is not running on {self.rest}")
         return jid
+
+
+def cluster_processes(root: Path) -> list[int]:
+    """PIDs of the live processes (not this one, nor its ancestors) whose environment has
+    CLUSTER_ENV=`root`. Linux (/proc); elsewhere none are found."""
+    needle = b"\0" + f"{CLUSTER_ENV}={root}".encode() + b"\0"
+    spared = {os.getpid(), *_ancestors(os.getpid())}
+    found = []
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return []
+    for entry in entries:
+        if not entry.isdigit() or int(entry) in spared:
+            continue
+        try:
+            with open(f"/proc/{entry}/environ", "rb") as fh:
+                environ = b"\0" + fh.read()
+        except OSError:  # gone, or not ours to read
+            continue
+        if needle in environ + b"\0" and _alive(int(entry)):
+            found.append(int(entry))
+    return sorted(found)
+
+
+def _ancestors(pid: int) -> list[int]:
+    chain = []
+    while pid > 1:
+        try:
+            with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as fh:
+                pid = int(fh.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            break
+        chain.append(pid)
+    return chain
 
 
 def _savepoint_path(cli_output: str) -> str:

@@ -76,7 +76,26 @@ def make_env(cfg: Config, *, thread_mode: bool = False, bundle_size: int | None 
     checkpoint waits until the worker has finished its bundle, so a slow record
     delays checkpoints by up to a bundle's worth of them. `restore_from`: a savepoint or
     retained checkpoint to start from (a local MiniCluster; `flink run -s` on a cluster)."""
+    # Logs go under the state folder, never into the installed pyflink package (its
+    # log/ folder is the default): the local gateway's Flink log (read when PyFlink
+    # starts its JVM, so only if none runs yet; a `flink run` client keeps its own)...
+    state_dir = Path(cfg["local.state_dir"]).resolve()
+    os.environ.setdefault("FLINK_LOG_DIR", str(state_dir / "flink-logs"))
     conf = Configuration()
+    # ... and RocksDB's LOG files, unless the Flink configuration of this JVM's
+    # FLINK_CONF_DIR says where they go (a cluster's config.yaml under `flink run`;
+    # the pyflink package's, which does not, for local runs).
+    from pyflink.java_gateway import get_gateway
+
+    try:
+        cluster_sets = get_gateway().jvm.org.apache.flink.configuration.GlobalConfiguration \
+            .loadConfiguration().containsKey("state.backend.rocksdb.log.dir")
+    except Exception:  # no readable FLINK_CONF_DIR: nothing sets it
+        cluster_sets = False
+    if cfg["flink.state_backend"] == "rocksdb" and not cluster_sets:
+        rocksdb_logs = state_dir / "rocksdb-logs"
+        rocksdb_logs.mkdir(parents=True, exist_ok=True)
+        conf.set_string("state.backend.rocksdb.log.dir", str(rocksdb_logs))
     if bundle_size is not None:
         conf.set_string("python.fn-execution.bundle.size", str(bundle_size))
     if bundle_time_ms is not None:

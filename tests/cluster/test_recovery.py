@@ -21,9 +21,7 @@ re-leased and fetched again."""
 
 from __future__ import annotations
 
-import os
 import shutil
-import signal
 import time
 from collections import defaultdict
 from pathlib import Path
@@ -63,10 +61,13 @@ def build_with_added_fields(dest: Path) -> Path:
     return dest
 
 
-def taskmanager_pid(cluster: Cluster, job: str) -> int:
-    """PID of the TaskManager that runs `job` (parallelism 1: all its tasks in one)."""
+def kill_taskmanager(cluster: Cluster, job: str) -> int:
+    """kill -9 of the TaskManager that runs `job` (parallelism 1: all its tasks in one),
+    with its Python workers (its process group), as when its container dies; its PID."""
     [tm] = cluster.job_taskmanagers(job)
-    return tm.pid()
+    pid = tm.kill()
+    assert pid is not None, f"the TaskManager running {job} is not running"
+    return pid
 
 
 def wait_running(cluster: Cluster, job: str, timeout_s: float = 180) -> str:
@@ -156,8 +157,7 @@ def test_crawl_survives_kill_9_upgrade_rescale_and_fetcher_faults(cfg, fresh_top
         # a. kill -9 of the frontier's TaskManager, then of the fetcher's.
         for fraction, job in ((0.2, "frontier"), (0.3, "fetcher")):
             wait_for(fraction)
-            pid = taskmanager_pid(cluster, job)
-            os.kill(pid, signal.SIGKILL)
+            pid = kill_taskmanager(cluster, job)
             disruptions.append(f"kill -9 of the {job}'s taskmanager (pid {pid}) "
                                f"at {len(indexed())} pages")
             replacement = [tm for tm in cluster.taskmanagers() if tm.pid() is None][0]
@@ -194,6 +194,9 @@ def test_crawl_survives_kill_9_upgrade_rescale_and_fetcher_faults(cfg, fresh_top
             watcher.close()
         cluster.down(log=lambda line: None)
         web.stop()
+    # Nothing of the cluster outlives `down`: not even the Python workers of the
+    # TaskManagers killed above.
+    assert cluster.processes() == [], f"left running after down: {cluster.processes()}"
 
     events = watcher.events
     ids = [e["event_id"] for e in events]

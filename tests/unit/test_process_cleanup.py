@@ -1,0 +1,163 @@
+"""What a run leaves behind: `crawl cluster down` ends every process of its cluster (a
+killed TaskManager's orphaned Python workers included), and the test session's own
+check (tests/conftest.py) finds the processes and virtualenv files a run leaves."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from crawler.cluster import CLUSTER_ENV, Cluster
+from crawler.local import LocalStack, _alive
+from tests import conftest
+from udfs.config import load_config
+
+ROOT = Path(__file__).resolve().parent.parent.parent
+
+
+def orphan(env: dict[str, str], *args: str) -> int:
+    """A `sleep` whose parent has exited (re-parented to init, in a session of its own),
+    as a killed TaskManager's Python worker is; its pid."""
+    out = subprocess.run(["sh", "-c", 'sleep 60 "$@" >/dev/null 2>&1 & echo $!', "sh", *args],
+                         env=env, capture_output=True, text=True, start_new_session=True,
+                         check=True)
+    pid = int(out.stdout)
+    deadline = time.monotonic() + 5
+    while not _alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return pid
+
+
+def end(*pids: int) -> None:
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def wait_gone(pid: int, timeout_s: float = 10) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while _alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return not _alive(pid)
+
+
+@pytest.fixture
+def cluster(tmp_path) -> Cluster:
+    cfg = load_config(env={})
+    return Cluster(cfg, LocalStack(cfg, state_dir=tmp_path / "state"))
+
+
+def test_down_ends_orphans_of_its_cluster_only(cluster, tmp_path):
+    mine = orphan({**os.environ, CLUSTER_ENV: str(cluster.root)})
+    other = orphan({**os.environ, CLUSTER_ENV: str(tmp_path / "other" / "cluster")})
+    try:
+        assert cluster.processes() == [mine]
+        lines: list[str] = []
+        cluster.down(log=lines.append)
+        assert wait_gone(mine)
+        assert _alive(other)
+        assert any(str(mine) in line for line in lines), lines
+        assert cluster.processes() == []
+    finally:
+        end(mine, other)
+
+
+def test_taskmanager_kill_ends_its_workers(cluster):
+    """A TaskManager is the leader of its process group; its workers are in that group."""
+    tm = cluster.taskmanagers(1)[0]
+    tm.dir.mkdir(parents=True)
+    # The "TaskManager" names its folder in its command line, as the real one does.
+    leader = subprocess.Popen(["sh", "-c", "sleep 60 & wait", str(tm.dir)],
+                              start_new_session=True)
+    tm.pidfile.write_text(f"{leader.pid}\n")
+    time.sleep(0.2)
+    workers = [p.pid for p in conftest.processes().values()
+               if p.pgid == leader.pid and p.pid != leader.pid]
+    assert tm.pid() == leader.pid and workers
+    try:
+        assert tm.kill() == leader.pid
+        leader.wait(10)
+        assert all(wait_gone(w) for w in workers)
+        assert tm.pid() is None and tm.kill() is None
+    finally:
+        end(leader.pid, *workers)
+
+
+def test_leftovers_finds_this_runs_processes_only():
+    before = {(p.pid, p.start) for p in conftest.processes().values()}
+    token = "run-a"
+    ours = orphan({**os.environ, conftest.RUN_ENV: token})
+    theirs = orphan({**os.environ, conftest.RUN_ENV: "run-b"})
+    nested = orphan({**os.environ, conftest.RUN_ENV: "run-a:run-c"})  # a run inside ours
+    unmarked = orphan({k: v for k, v in os.environ.items() if k != conftest.RUN_ENV})
+    child = subprocess.Popen(["sleep", "60"],
+                             env={k: v for k, v in os.environ.items() if k != conftest.RUN_ENV})
+    try:
+        found = {p.pid for p in conftest.leftovers(token, before)}
+        # Ours by its marker (an orphan), and a child of this process without one.
+        assert ours in found and child.pid in found and nested in found
+        assert theirs not in found and unmarked not in found
+        # Processes running at the start are never counted.
+        now = {(p.pid, p.start) for p in conftest.processes().values()}
+        assert conftest.leftovers(token, now) == []
+    finally:
+        end(ours, theirs, nested, unmarked, child.pid)
+        child.wait()
+
+
+def test_venv_changes_lists_new_files_but_bytecode(tmp_path):
+    venv = tmp_path / "venv"
+    (venv / "lib" / "__pycache__").mkdir(parents=True)
+    (venv / "lib" / "old.py").write_text("")
+    time.sleep(0.05)
+    reference = tmp_path / "reference"
+    reference.touch()
+    time.sleep(0.05)
+    (venv / "lib" / "__pycache__" / "x.cpython-311.pyc").write_text("")
+    (venv / "lib" / "y.pyc").write_text("")
+    (venv / "log").mkdir()
+    (venv / "log" / "flink-python.log").write_text("x")
+    assert conftest.venv_changes(venv, reference) == [str(venv / "log" / "flink-python.log")]
+
+
+def test_session_fails_on_a_leftover_process(tmp_path):
+    """A whole pytest run whose test leaves a process: exit status 1, the pid listed,
+    and the process killed."""
+    pidfile = tmp_path / "orphan.pid"
+    (tmp_path / "conftest.py").write_text(textwrap.dedent("""
+        import tests.conftest as checks
+        from tests.conftest import (pytest_sessionfinish, pytest_sessionstart,  # noqa
+                                    pytest_terminal_summary)
+
+        checks.LEFTOVER_GRACE_S = 0.5
+    """))
+    (tmp_path / "test_leak.py").write_text(textwrap.dedent(f"""
+        import subprocess
+
+        def test_leaks():
+            out = subprocess.run(["sh", "-c", "sleep 60 >/dev/null 2>&1 & echo $!"],
+                                 capture_output=True, text=True, start_new_session=True)
+            open({str(pidfile)!r}, "w").write(out.stdout)
+    """))
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                           str(tmp_path)], cwd=tmp_path, env=env, capture_output=True,
+                          text=True, timeout=120)
+    pid = int(pidfile.read_text())
+    try:
+        assert proc.returncode == 1, proc.stdout + proc.stderr
+        assert "1 passed" in proc.stdout
+        assert "left behind by this test run" in proc.stdout
+        assert f"pid {pid} " in proc.stdout and "sleep 60" in proc.stdout
+        assert wait_gone(pid)
+    finally:
+        end(pid)
