@@ -344,6 +344,8 @@ def run_job(name: str, cfg: Config, world: World, *, real_env: bool = False) -> 
         mp.chdir(world.cwd)
         mp.setattr(module, "make_env", make_env)
         mp.setattr(StreamTableEnvironment, "create", staticmethod(lambda env: _TableEnv(trace)))
+        if hasattr(module, "restoring"):  # asks the JVM for its configuration
+            mp.setattr(module, "restoring", lambda env: False)
         if hasattr(module, "AsyncDataStream"):
             mp.setattr(module, "AsyncDataStream", _Async(trace))
         module.main(["--config", str(world.config_file(cfg))])
@@ -441,6 +443,9 @@ class _Timers:
     def register_event_time_timer(self, ts: int) -> None:
         self.job.timers.add((int(ts), self.job.key))
 
+    # The virtual clock is the only clock here: wall-clock timers fire on it too.
+    register_processing_time_timer = register_event_time_timer
+
 
 class _Ctx:
     def __init__(self, job: FrontierJob) -> None:
@@ -509,10 +514,18 @@ class FrontierJob:
     the job's feedback loop (its discovered output is its discovered input)."""
 
     def __init__(self, cfg: Config, world: World, respond=answer_ok, robots=None,
-                 parallelism: int = 1) -> None:
+                 parallelism: int = 1, lookahead: bool = False) -> None:
         from udfs.avro import registry
         from udfs.frontier_operator import FrontierFunction, Intake
 
+        # The frontier's own schedule, one lease at a time (no look-ahead), so that a
+        # lease's grant is its use: the politeness keys' probes read request times off
+        # the grants. The look-ahead keys' probes set the look-ahead themselves.
+        set_here = cfg.changed()
+        if not lookahead:
+            cfg = load_config(env={}, overrides=[
+                *(f"{k}={json.dumps(v)}" for k, v in set_here.items()),
+                "frontier.lookahead_s=0", "frontier.max_lookahead_leases=0"])
         trace = run_job("frontier", cfg, world)
         self.intake, self.fn = trace.function(Intake), trace.function(FrontierFunction)
         self.reg = registry()
@@ -621,8 +634,8 @@ class FrontierJob:
 
 
 def crawl(cfg: Config, world: World, records: list[dict], until_s: float,
-          respond=answer_ok, robots=None) -> FrontierJob:
-    job = FrontierJob(cfg, world, respond, robots)
+          respond=answer_ok, robots=None, lookahead: bool = False) -> FrontierJob:
+    job = FrontierJob(cfg, world, respond, robots, lookahead=lookahead)
     with job.clock():
         for rec in records:
             job.discover(**rec)
@@ -671,12 +684,14 @@ class FetcherJob:
         if client is not None:
             record_s3(client, self.s3)
 
-    async def fetch(self, url: str, kind: str = "PAGE") -> Fetched:
+    async def fetch(self, url: str, kind: str = "PAGE", not_before_in_s: float = 0.0
+                    ) -> Fetched:
         now_ms = int(time.time() * 1000) + 1
         lease = {"lease_id": "L-1", "url_id": "0123456789abcdef", "url_version": 1,
                  "attempt": 1, "issued_at_ms": now_ms, "expires_at_ms": now_ms + 290_000,
                  "url": url, "host_key": split_host_key(url)[0], "kind": kind, "depth": 0,
-                 "etag": None, "last_modified": None}
+                 "etag": None, "last_modified": None,
+                 "not_before_ms": now_ms + int(not_before_in_s * 1000)}
         rows = await self.fn.async_invoke((b"k", self.reg.encode("lease", lease)))
         dests = tuple(r[0] for r in rows)
         comps = [self.reg.decode("completion", bytes(r[2])) for r in rows if r[0] == "C"]
@@ -784,6 +799,35 @@ def p_lease_lifetime(cfg, w):
     job = crawl(cfg, w, [seeds("/1")], 5, answer_none)
     first = next(lease for lease in job.leases if lease["kind"] == "PAGE")
     return (first["expires_at_ms"] - first["issued_at_ms"]) / 1000
+
+
+def p_lookahead(cfg, w):
+    """How long before its not_before the second page lease of a host was granted (s)."""
+    job = crawl(cfg, w, [seeds("/1", "/2", "/3")], 10, answer_none, lookahead=True)
+    pages = [lease for lease in job.leases if lease["kind"] == "PAGE"]
+    return round((pages[1]["not_before_ms"] - pages[1]["issued_at_ms"]) / 1000, 1)
+
+
+def p_leases_out(cfg, w):
+    """Page leases of one host out at once when none comes back (within 20 s)."""
+    job = crawl(cfg, w, [seeds(*(f"/{i}" for i in range(8)))], 20, answer_none,
+                lookahead=True)
+    return sum(1 for lease in job.leases if lease["kind"] == "PAGE")
+
+
+def p_hold(cfg, w):
+    """The outcome of a lease whose not_before is 3 s away (held, or refused: NOT_SENT)."""
+    job = FetcherJob(cfg, w)
+
+    async def go():
+        try:
+            return (await job.fetch(w.url("/page"), not_before_in_s=3.0)).outcome
+        finally:
+            await job.close()
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.chdir(w.cwd)
+        return asyncio.run(go())
 
 
 def p_attempts_unanswered(cfg, w):
@@ -1416,6 +1460,10 @@ EFFECTS: dict[str, Effect] = {
     "politeness.daily_budget": Effect(p_pages_in_a_day, 3, lambda d, c, ch: (d, c) == (8, 3)),
     # frontier
     "frontier.lease_timeout_s": Effect(p_lease_lifetime, 120.0, lambda d, c, ch: c == 120.0),
+    "frontier.lookahead_s": Effect(p_lookahead, 0.0, lambda d, c, ch: (d, c) == (2.0, 0.0),
+                                   "a follower is granted up to lookahead_s before its time"),
+    "frontier.max_lookahead_leases": Effect(p_leases_out, 0, lambda d, c, ch: (d, c) == (3, 1),
+                                            "leases out per host: in-flight limit + this"),
     "frontier.max_lease_attempts": Effect(p_attempts_unanswered, 1,
                                           lambda d, c, ch: (d, c) == ([1, 2, 3], [1])),
     "frontier.max_retries": Effect(p_leases_under_5xx, 0, lambda d, c, ch: (d, c) == (4, 1)),
@@ -1531,6 +1579,11 @@ EFFECTS: dict[str, Effect] = {
                                   base=dns_base),
     "fetch.bundle_size": Effect(p_flink, 50,
                                 flink_is("fetcher", "python.fn-execution.bundle.size", "50")),
+    "fetch.bundle_time_ms": Effect(p_flink, 40,
+                                   flink_is("fetcher", "python.fn-execution.bundle.time", "40")),
+    "fetch.hold_s": Effect(p_hold, 2.5, lambda d, c, ch: (d, c) == ("OK", "NOT_SENT"),
+                           "a lease whose turn is further away than hold_s is not sent",
+                           base=tuple(LOOPBACK_NETS)),
     # faults
     "faults.crash_after_response": Effect(p_crash, "/page",
                                           lambda d, c, ch: (d, c) == ("OK", "InjectedCrash"),
@@ -1587,6 +1640,8 @@ EFFECTS: dict[str, Effect] = {
     "flink.state_backend": Effect(p_flink, "hashmap",
                                   both_jobs("state.backend.type", "hashmap")),
     "flink.restart_strategy": Effect(p_flink, "none", both_jobs("restart-strategy.type", "none")),
+    "flink.checkpoints_retained": Effect(
+        p_flink, 5, both_jobs("execution.checkpointing.num-retained", "5")),
     "flink.restart_attempts": Effect(p_flink, 3,
                                      both_jobs("restart-strategy.fixed-delay.attempts", "3")),
     "flink.restart_delay_ms": Effect(p_flink, 500,
