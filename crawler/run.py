@@ -13,6 +13,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections import deque
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -137,12 +138,32 @@ class Progress:
     # Dead letters by error_type: URLs refused at intake (ADDRESS_BLOCKED, InvalidUrl)
     # and records no stage could read.
     refused: dict[str, int] = field(default_factory=dict)
+    # The pace: when fetches came back (a window of them), and each host's latest lease
+    # (when it was read, its pace): the politeness ceiling of the hosts being crawled.
+    fetched_at: deque = field(default_factory=lambda: deque(maxlen=100_000))
+    host_pace: dict[str, tuple[float, float, int]] = field(default_factory=dict)
+
+    def pace(self, now: float | None = None, window_s: float = 10.0) -> tuple[float, float]:
+        """(requests/s over the last `window_s`, the politeness ceiling of the hosts with a
+        lease in that window: each host's max_in_flight / gap)."""
+        now = time.monotonic() if now is None else now
+        since = now - window_s
+        while self.fetched_at and self.fetched_at[0] < since - 60:
+            self.fetched_at.popleft()
+        span = min(window_s, max(now - self.started, 1e-9))
+        rate = sum(1 for t in self.fetched_at if t >= since) / span
+        ceiling = sum(n / max(gap, 1e-3) for seen, gap, n in self.host_pace.values()
+                      if seen >= since)
+        return rate, ceiling
 
     def line(self, violations: int | None) -> str:
         secs = time.monotonic() - self.started
         errors = sum(v for k, v in self.outcomes.items() if k not in ("OK", "NOT_MODIFIED"))
         v = "" if violations is None else f"  politeness violations {violations}"
+        rate, ceiling = self.pace()
+        share = f" ({rate / ceiling:4.0%})" if ceiling else ""
         return (f"[{secs:6.1f}s] pages {self.pages:5d}  rate {self.pages / max(secs, 1):5.1f}/s"
+                f"  pace {rate:5.1f}/s of {ceiling:5.1f}/s{share}"
                 f"  hosts {len(self.hosts):3d}  leases {self.leases:5d}"
                 f"  in flight {max(0, self.leases - self.completions):3d}"
                 f"  errors {errors:3d}  throttled {self.outcomes.get('THROTTLED', 0)}"
@@ -187,6 +208,8 @@ class Watcher:
             elif schema == "lease":
                 p.leases += 1
                 p.hosts.add(rec["host_key"])
+                p.host_pace[rec["host_key"]] = (time.monotonic(), rec["gap_s"],
+                                                rec["max_in_flight"])
                 if self.keep_leases:
                     self.leases.append(rec)
             elif schema == "dead_letter":
@@ -195,6 +218,8 @@ class Watcher:
             else:
                 p.completions += 1
                 p.outcomes[rec["outcome"]] = p.outcomes.get(rec["outcome"], 0) + 1
+                if rec["outcome"] != "NOT_SENT":
+                    p.fetched_at.append(time.monotonic())
         return p
 
     def close(self) -> None:

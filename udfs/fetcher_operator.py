@@ -194,7 +194,10 @@ class FetchFunction(AsyncFunction):
                 retry_after=None if completion is None else completion["retry_after"],
                 outcome="OTHER_ERROR" if completion is None else completion["outcome"])
         host = lease["host_key"]
-        out = [Row("C", host.encode(), self.reg.encode("completion", completion, check=False))]
+        # Written as completion v1 (v2 only adds NOT_SENT): a frontier of the build before
+        # still reads it while the fetcher is upgraded first.
+        out = [Row("C", host.encode(), self.reg.encode("completion", completion, check=False,
+                                                       version=1))]
         if self.faults is not None and self.faults.drops_completion(lease["url"]):
             out = []
         out += [Row("D", d["host_key"].encode(), self.reg.encode("discovered", d, check=False))

@@ -66,7 +66,7 @@ class LeaseTiming:
     expires_at: float
     prev_lease_id: str | None
     pace: Pace
-    throttle_seq: int = 0  # the 429/503 answers the frontier had seen from the host
+    throttle_seq: int = 0  # the 429/503 answers the frontier had seen (-1: not known)
 
 
 @dataclass
@@ -128,7 +128,7 @@ class BackQueues:
         flight at the limit (ask again when it ends); a Skip: it will not be sent."""
         s = self.slot(lease.host_key)
         s.last_used = now
-        if lease.throttle_seq < s.halt_seq:
+        if 0 <= lease.throttle_seq < s.halt_seq:
             return Skip.HALTED
         start = self.start_at(lease, now)
         if start + self.fetch_s > lease.expires_at:
