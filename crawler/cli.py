@@ -563,7 +563,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "(default: synthetic web)")
     p.add_argument("--sitemaps", metavar="F", help="file of sitemap URLs, one per line, "
                    "read as seeds (source SEED_SITEMAP)")
-    p.add_argument("--max-pages", type=int, default=200, help="stop after this many pages")
+    p.add_argument("--max-pages", type=int, default=500,
+                   help="stop after this many pages (default 500)")
     p.add_argument("--duration", type=float, default=600.0, metavar="SECONDS",
                    help="stop after this long (default 600)")
     p.add_argument("--sites", type=int, default=8, help="synthetic web sites (default 8)")

@@ -272,7 +272,9 @@ def run(cfg_files: Sequence[str], overrides: Sequence[str], seeds_file: str | No
     try:
         if synthetic:
             run_dir.mkdir(parents=True, exist_ok=True)
-            web = SyntheticWeb(build_sites(sites), log_path=str(run_dir / "web.jsonl"))
+            # Sites of 60-100 pages: enough for the crawl to show each host's pace.
+            web = SyntheticWeb(build_sites(sites, pages=(60, 100)),
+                               log_path=str(run_dir / "web.jsonl"))
             web.start()
             seeds = [web.host_key(s) + "/" for s in web.site_list]
             extra = synthetic_overrides(web, run_dir, 0.5) + extra

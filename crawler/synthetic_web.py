@@ -146,9 +146,12 @@ def _text(seed: str, words: int = 120) -> str:
 class SyntheticWeb:
     """The server; run it in a thread (`start`/`stop`) or as a process (`main`)."""
 
-    def __init__(self, sites: list[Site], *, port: int = 0, log_path: str | None = None
-                 ) -> None:
+    def __init__(self, sites: list[Site], *, port: int = 0, log_path: str | None = None,
+                 page_bytes: int | None = None) -> None:
+        """`page_bytes`: pages of about this size (more text); default about 1 KB."""
         self.sites = {s.name: s for s in sites}
+        self.page_words = 120 if page_bytes is None else max(120, page_bytes * 2 // 15)
+        self._bodies: dict[tuple[str, str], bytes] = {}
         self.site_list = sites
         self.port = port
         self.log_path = log_path
@@ -276,9 +279,15 @@ class SyntheticWeb:
             if path == "/near/b":  # one word more than its near twin
                 text = text.replace(" ", " changed ", 1)
             return _html("Duplicate", text, ["/near/child"] if path == "/near/b" else ["/"])
-        i = 0 if path == "/" else int(path.split("/")[2])
-        return _html("Home" if path == "/" else f"Page {i}", _text(f"{site.name}/{i}"),
-                     _page_links(site, i, self.site_list, self.port))
+        body = self._bodies.get((site.name, path))
+        if body is None:
+            i = 0 if path == "/" else int(path.split("/")[2])
+            body = _html("Home" if path == "/" else f"Page {i}",
+                         _text(f"{site.name}/{i}", self.page_words),
+                         _page_links(site, i, self.site_list, self.port))
+            if len(self._bodies) < 200_000:
+                self._bodies[(site.name, path)] = body
+        return body
 
     def _page(self, site: Site, request: web.Request, i: int, title: str) -> web.Response:
         body = self.body_for(site, "/" if title == "Home" else f"/p/{i}")

@@ -39,11 +39,12 @@ def main(argv: Sequence[str] | None = None) -> None:
                    restore_from=args.from_checkpoint)
     kafka = KafkaIO(env, cfg)
     leases = kafka.source(cfg.topic("leases"), "fetcher", bounded=args.bounded)
-    timeout_ms = int((cfg["fetch.total_timeout_s"] + 30) * 1000)
+    # No operator timeout: PyFlink starts a thread per element to time it out. The
+    # function bounds each lease itself (FetchFunction.guard_s).
     results = AsyncDataStream.unordered_wait(
         leases, FetchFunction(dict(cfg.data), connections=args.capacity,
                               restored=restoring(env)),
-        Time.milliseconds(timeout_ms), capacity=args.capacity, output_type=FETCH_OUTPUT) \
+        Time.milliseconds(0), capacity=args.capacity, output_type=FETCH_OUTPUT) \
         .uid("fetcher-fetch").name("fetch, store, parse")
 
     def route(dest: str):

@@ -103,6 +103,9 @@ class FetchFunction(AsyncFunction):
                                  fetch_s=self.limits.total_timeout_s + 1.0)
         self.turns: dict[str, asyncio.Condition] = {}  # per host, in the operator's loop
         self.calls = 0
+        # No lease is worked on longer than its hold, its fetch and a margin: past that
+        # it is given up (it expires at the frontier and is re-let).
+        self.guard_s = cfg["fetch.hold_s"] + self.limits.total_timeout_s + 30.0
 
     async def _session(self):
         if self.session is None:
@@ -158,6 +161,13 @@ class FetchFunction(AsyncFunction):
             turn.notify_all()
 
     async def async_invoke(self, value):
+        try:
+            async with asyncio.timeout(self.guard_s):
+                return await self._invoke(value)
+        except TimeoutError:
+            return []  # the lease expires and is re-let; nothing is lost
+
+    async def _invoke(self, value):
         from udfs.fetch_pipeline import FetchContext, process_lease
 
         raw = bytes(value[1])

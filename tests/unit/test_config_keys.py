@@ -816,12 +816,12 @@ def p_leases_out(cfg, w):
 
 
 def p_hold(cfg, w):
-    """The outcome of a lease whose not_before is 3 s away (held, or refused: NOT_SENT)."""
+    """The outcome of a lease whose not_before is 2 s away (held, or refused: NOT_SENT)."""
     job = FetcherJob(cfg, w)
 
     async def go():
         try:
-            return (await job.fetch(w.url("/page"), not_before_in_s=3.0)).outcome
+            return (await job.fetch(w.url("/page"), not_before_in_s=2.0)).outcome
         finally:
             await job.close()
 
@@ -993,9 +993,10 @@ def fetch_outcome(path: str, kind: str = "PAGE", host: str = "127.0.0.1",
 
 
 def p_total_timeout(cfg, w):
-    """A page sent in 6 pieces 0.08 s apart; and the fetcher job's async timeout (ms)."""
-    got = fetch_once(cfg, w, w.url("/drip/6/80"))
-    return got.outcome, run_job("fetcher", cfg, w).async_timeout_ms
+    """A page sent in 6 pieces 0.08 s apart; and the fetcher's bound on one lease (s)."""
+    job = FetcherJob(cfg, w)
+    got = fetch_once(cfg, w, w.url("/drip/6/80"), job=job)
+    return got.outcome, job.fn.guard_s
 
 
 def p_sitemaps(cfg, w):
@@ -1460,9 +1461,9 @@ EFFECTS: dict[str, Effect] = {
     "politeness.daily_budget": Effect(p_pages_in_a_day, 3, lambda d, c, ch: (d, c) == (8, 3)),
     # frontier
     "frontier.lease_timeout_s": Effect(p_lease_lifetime, 120.0, lambda d, c, ch: c == 120.0),
-    "frontier.lookahead_s": Effect(p_lookahead, 0.0, lambda d, c, ch: (d, c) == (2.0, 0.0),
+    "frontier.lookahead_s": Effect(p_lookahead, 0.0, lambda d, c, ch: (d, c) == (0.2, 0.0),
                                    "a follower is granted up to lookahead_s before its time"),
-    "frontier.max_lookahead_leases": Effect(p_leases_out, 0, lambda d, c, ch: (d, c) == (3, 1),
+    "frontier.max_lookahead_leases": Effect(p_leases_out, 0, lambda d, c, ch: (d, c) == (2, 1),
                                             "leases out per host: in-flight limit + this"),
     "frontier.max_lease_attempts": Effect(p_attempts_unanswered, 1,
                                           lambda d, c, ch: (d, c) == ([1, 2, 3], [1])),
@@ -1541,8 +1542,8 @@ EFFECTS: dict[str, Effect] = {
                                    lambda d, c, ch: (d[0], c[0]) == ("OK", "TIMEOUT"),
                                    base=tuple(LOOPBACK_NETS)),
     "fetch.total_timeout_s": Effect(p_total_timeout, 0.25,
-                                    lambda d, c, ch: d == ("OK", 90000)
-                                    and c == ("TIMEOUT", 30250),
+                                    lambda d, c, ch: d == ("OK", 91.0)
+                                    and c == ("TIMEOUT", 31.25),
                                     base=tuple(LOOPBACK_NETS)),
     "fetch.max_body_bytes": Effect(fetch_outcome("/bytes/20000"), 4096,
                                    lambda d, c, ch: (d[0], c[0]) == ("OK", "TOO_LARGE"),
@@ -1581,7 +1582,7 @@ EFFECTS: dict[str, Effect] = {
                                 flink_is("fetcher", "python.fn-execution.bundle.size", "50")),
     "fetch.bundle_time_ms": Effect(p_flink, 40,
                                    flink_is("fetcher", "python.fn-execution.bundle.time", "40")),
-    "fetch.hold_s": Effect(p_hold, 2.5, lambda d, c, ch: (d, c) == ("OK", "NOT_SENT"),
+    "fetch.hold_s": Effect(p_hold, 3.0, lambda d, c, ch: (d, c) == ("NOT_SENT", "OK"),
                            "a lease whose turn is further away than hold_s is not sent",
                            base=tuple(LOOPBACK_NETS)),
     # faults

@@ -26,7 +26,8 @@ from udfs.core.traps import DAY_S, TrapPolicy
 
 DEFAULTS = load_defaults()
 # The host rules one lease at a time (no look-ahead); the look-ahead tests use LOOKAHEAD.
-LOOKAHEAD = FrontierConfig.from_config(DEFAULTS)
+LOOKAHEAD = replace(FrontierConfig.from_config(DEFAULTS), lookahead_s=2.0,
+                    max_lookahead_leases=2)
 CFG = replace(LOOKAHEAD, lookahead_s=0.0, max_lookahead_leases=0)
 H = "http://h.example"
 ROBOTS = "User-agent: *\nDisallow: /private/\n"
