@@ -593,7 +593,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--faults", default="all", metavar="LIST",
                    help="comma-separated faults, 'all' (default) or 'none': lost_completion, "
-                   "duplicate_completion, lease_expiry, robots_5xx, crash")
+                   "duplicate_completion, duplicate_lease, lease_expiry, robots_5xx, crash "
+                   "(of the frontier), fetcher_crash")
     p.set_defaults(func=_cmd_simulate, check=_check_simulate)
 
     p = command("schemas", help="check the Avro schemas' compatibility and version lock",

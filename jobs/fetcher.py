@@ -39,6 +39,8 @@ def main(argv: Sequence[str] | None = None) -> None:
                    restore_from=args.from_checkpoint)
     kafka = KafkaIO(env, cfg)
     leases = kafka.source(cfg.topic("leases"), "fetcher", bounded=args.bounded)
+    if not args.bounded:  # ticks collect finished fetches when no lease arrives
+        leases = leases.union(kafka.ticks())
     # No operator timeout: PyFlink starts a thread per element to time it out. The
     # function bounds each lease itself (FetchFunction.guard_s).
     results = AsyncDataStream.unordered_wait(

@@ -5,14 +5,16 @@ Each lease becomes zero or more Row(dest, key, value): dest "C" a completion
 dead letter. The aiohttp session is made on the first call, inside the
 operator's event loop.
 
+The function hands each lease to the fetch engine (`udfs.fetch_engine`: its own thread
+and event loop, so that no PyFlink bundle waits for a fetch) and returns at once what
+the engine has finished since; a tick record (an empty value) only collects those.
 When a lease is sent is decided by the back queues (`udfs.core.backqueue`): each
 host's slot in this incarnation holds a lease until its not_before, the gap after
 the previous request's real end, the host's in-flight limit and any Retry-After,
 and refuses leases it cannot place safely (issued before a restart, following a
 lease an earlier incarnation had, halted by a 429/503, too early or too late). A
-lease held waiting occupies one of the operator's slots (its capacity) for at most
-`fetch.hold_s`; a refused lease is reported NOT_SENT when this incarnation knows no
-one sent it, so the frontier takes it back at once.
+lease is held waiting for at most `fetch.hold_s`; a refused lease is reported NOT_SENT
+when this incarnation knows no one sent it, so the frontier takes it back at once.
 """
 
 from __future__ import annotations
@@ -106,6 +108,9 @@ class FetchFunction(AsyncFunction):
         # No lease is worked on longer than its hold, its fetch and a margin: past that
         # it is given up (it expires at the frontier and is re-let).
         self.guard_s = cfg["fetch.hold_s"] + self.limits.total_timeout_s + 30.0
+        from udfs.fetch_engine import FetchEngine
+
+        self.engine = FetchEngine(self._guarded, capacity=self.connections)
 
     async def _session(self):
         if self.session is None:
@@ -161,6 +166,14 @@ class FetchFunction(AsyncFunction):
             turn.notify_all()
 
     async def async_invoke(self, value):
+        """Hand the lease to the engine (a tick: nothing) and return what it has done."""
+        self.engine.check()
+        if len(value[1]):
+            await self.engine.submit_when_room(value)
+        return self.engine.drain()
+
+    async def _guarded(self, value) -> list:
+        """One lease, on the engine's loop, bounded in time."""
         try:
             async with asyncio.timeout(self.guard_s):
                 return await self._invoke(value)
@@ -220,6 +233,8 @@ class FetchFunction(AsyncFunction):
     def close(self) -> None:
         if self.session is not None:
             try:
-                asyncio.get_event_loop().run_until_complete(self.session.close())
-            except Exception:  # the operator's loop may already be gone
+                asyncio.run_coroutine_threadsafe(self.session.close(),
+                                                 self.engine.loop).result(5)
+            except Exception:  # the engine's loop may already be gone
                 pass
+        self.engine.close()

@@ -274,6 +274,22 @@ class KafkaIO:
                 ) WITH ('connector' = 'datagen', 'rows-per-second' = '1')""")
         return self.t_env.to_data_stream(self.t_env.from_path("crawl_clock"))
 
+    def ticks(self, rows_per_second: int = 1) -> DataStream:
+        """Empty records with the columns of a source table: unioned with the source,
+        they call the operator downstream when no record arrives (the fetch function
+        returns the results its engine finished meanwhile). The datagen connector emits
+        its rows once a second."""
+        self.t_env.execute_sql(f"""
+            CREATE TABLE crawl_ticks (`tick` INT)
+            WITH ('connector' = 'datagen', 'rows-per-second' = '{rows_per_second}')""")
+        table = self.t_env.sql_query("""
+            SELECT CAST(NULL AS BYTES) AS `key`, NULLIF(CAST(X'' AS BYTES), X'00') AS `value`,
+                   NULLIF(CAST('' AS STRING), 'x') AS `topic`,
+                   NULLIF(CAST(0 AS INT), 1) AS `partition`,
+                   NULLIF(CAST(0 AS BIGINT), 1) AS `offset`
+            FROM crawl_ticks""")  # NULLIF: nullable, as the source's columns are
+        return self.t_env.to_data_stream(table)
+
     def sink(self, ds: DataStream, topic: str, *, exactly_once: bool,
              transactional_id_prefix: str = "") -> None:
         """Write Row(key, value) records to `topic`; exactly-once commits with checkpoints."""

@@ -52,8 +52,9 @@ def build_with_added_fields(dest: Path) -> Path:
     for pkg in ("jobs", "udfs", "schemas"):
         shutil.copytree(ROOT / pkg, dest / pkg, ignore=shutil.ignore_patterns("__pycache__"))
     for rel, old, new in [
-        ("udfs/core/politeness.py", "    max_in_flight: int = 1\n",
-         "    max_in_flight: int = 1\n    upgrade_note: str = 'added in v2'\n"),
+        ("udfs/core/politeness.py", "    max_in_flight: int = 1\n    min_gap_s: float = 1.0\n",
+         "    max_in_flight: int = 1\n    min_gap_s: float = 1.0\n"
+         "    upgrade_note: str = 'added in v2'\n"),
         ("udfs/core/frontier.py", '"host_key": self.host_key, "policy"',
          '"host_key": self.host_key, "build": "v2", "policy"'),
     ]:

@@ -693,6 +693,11 @@ class FetcherJob:
                  "etag": None, "last_modified": None,
                  "not_before_ms": now_ms + int(not_before_in_s * 1000)}
         rows = await self.fn.async_invoke((b"k", self.reg.encode("lease", lease)))
+        while self.fn.engine.active():  # the engine fetches on its own loop
+            self.fn.engine.check()
+            await asyncio.sleep(0.005)
+        self.fn.engine.check()
+        rows = [*rows, *self.fn.engine.drain()]
         dests = tuple(r[0] for r in rows)
         comps = [self.reg.decode("completion", bytes(r[2])) for r in rows if r[0] == "C"]
         found = [self.reg.decode("discovered", bytes(r[2])) for r in rows if r[0] == "D"]
@@ -702,8 +707,7 @@ class FetcherJob:
         return Fetched(c["outcome"], c["http_status"], c["body_bytes"], dests, links)
 
     async def close(self) -> None:
-        if self.fn.session is not None:
-            await self.fn.session.close()
+        self.fn.close()
 
 
 def fetch_once(cfg: Config, world: World, url: str, kind: str = "PAGE",
