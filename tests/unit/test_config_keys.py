@@ -749,6 +749,9 @@ def record_s3(client, log: list) -> None:
     client.meta.events.register("before-send.s3", before_send)
 
 
+DEFAULTS_FILE = load_defaults()
+HOLD_S = DEFAULTS_FILE["fetch"]["hold_s"]
+
 # -- the probes ----------------------------------------------------------------------------
 # Each takes (cfg, world) and returns what the consumer of the key did.
 
@@ -1465,9 +1468,11 @@ EFFECTS: dict[str, Effect] = {
     "politeness.daily_budget": Effect(p_pages_in_a_day, 3, lambda d, c, ch: (d, c) == (8, 3)),
     # frontier
     "frontier.lease_timeout_s": Effect(p_lease_lifetime, 120.0, lambda d, c, ch: c == 120.0),
-    "frontier.lookahead_s": Effect(p_lookahead, 0.0, lambda d, c, ch: (d, c) == (0.2, 0.0),
+    "frontier.lookahead_s": Effect(p_lookahead, 0.0, lambda d, c, ch: d > 0.0 and c == 0.0,
                                    "a follower is granted up to lookahead_s before its time"),
-    "frontier.max_lookahead_leases": Effect(p_leases_out, 0, lambda d, c, ch: (d, c) == (2, 1),
+    "frontier.max_lookahead_leases": Effect(p_leases_out, 0,
+                                            lambda d, c, ch: d == 1 + DEFAULTS_FILE["frontier"]
+                                            ["max_lookahead_leases"] and c == 1,
                                             "leases out per host: in-flight limit + this"),
     "frontier.max_lease_attempts": Effect(p_attempts_unanswered, 1,
                                           lambda d, c, ch: (d, c) == ([1, 2, 3], [1])),
@@ -1546,8 +1551,8 @@ EFFECTS: dict[str, Effect] = {
                                    lambda d, c, ch: (d[0], c[0]) == ("OK", "TIMEOUT"),
                                    base=tuple(LOOPBACK_NETS)),
     "fetch.total_timeout_s": Effect(p_total_timeout, 0.25,
-                                    lambda d, c, ch: d == ("OK", 91.0)
-                                    and c == ("TIMEOUT", 31.25),
+                                    lambda d, c, ch: d == ("OK", 90.0 + HOLD_S)
+                                    and c == ("TIMEOUT", 30.25 + HOLD_S),
                                     base=tuple(LOOPBACK_NETS)),
     "fetch.max_body_bytes": Effect(fetch_outcome("/bytes/20000"), 4096,
                                    lambda d, c, ch: (d[0], c[0]) == ("OK", "TOO_LARGE"),
@@ -1586,7 +1591,7 @@ EFFECTS: dict[str, Effect] = {
                                 flink_is("fetcher", "python.fn-execution.bundle.size", "50")),
     "fetch.bundle_time_ms": Effect(p_flink, 40,
                                    flink_is("fetcher", "python.fn-execution.bundle.time", "40")),
-    "fetch.hold_s": Effect(p_hold, 3.0, lambda d, c, ch: (d, c) == ("NOT_SENT", "OK"),
+    "fetch.hold_s": Effect(p_hold, 1.6, lambda d, c, ch: (d, c) == ("OK", "NOT_SENT"),
                            "a lease whose turn is further away than hold_s is not sent",
                            base=tuple(LOOPBACK_NETS)),
     # faults
