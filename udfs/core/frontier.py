@@ -1011,10 +1011,15 @@ def _plain(value: Any) -> Any:
     return value.value if isinstance(value, Enum) else value
 
 
+@cache
+def _field_names(cls: type) -> tuple[str, ...]:
+    return tuple(f.name for f in fields(cls))
+
+
 def _fields_of(record: Any) -> dict[str, Any]:
     """A dataclass record as {field name: value}, enums by their value: keyed state holds
     builtin types only, so renaming or moving a class of ours never breaks a savepoint."""
-    return {f.name: _plain(getattr(record, f.name)) for f in fields(record)}
+    return {name: _plain(getattr(record, name)) for name in _field_names(type(record))}
 
 
 def _from_fields(cls: type, saved: Any, added: set[str] | None = None, where: str = ""
