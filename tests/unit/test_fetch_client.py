@@ -97,6 +97,42 @@ def test_decompressed_limit_is_its_own_setting(web):
     assert big.outcome is Outcome.OK and len(big.body) > LIMITS.max_decompressed_bytes
 
 
+def test_a_bomb_leaves_the_loop_turns_and_its_decoding_out_of_the_duration(web):
+    """Decoding 48 MB of a gzip bomb gives the loop a turn after every 1 MiB piece,
+    so the engine's other fetches go on (their durations, and so their hosts' gaps, are
+    not inflated by it); the bomb's own duration does not count our decoding time."""
+    bomb = web.host_key(site(web, feature="bomb")) + "/bomb"
+    wide = replace(LIMITS, max_decompressed_bytes=48 * 1024 * 1024)
+    lags: list[float] = []
+
+    async def go():
+        loop = asyncio.get_running_loop()
+        done = asyncio.Event()
+
+        async def other_work():  # another fetch's turn: how long did it wait for it?
+            last = loop.time()
+            while not done.is_set():
+                await asyncio.sleep(0)
+                lags.append(loop.time() - last)
+                last = loop.time()
+
+        async with make_session(loopback_cache(web), wide) as session:
+            task = asyncio.create_task(other_work())
+            start = loop.time()
+            try:
+                return await fetch(session, bomb, Kind.PAGE, wide, UA), loop.time() - start
+            finally:
+                done.set()
+                await task
+
+    resp, elapsed = run(go())
+    assert resp.outcome is Outcome.TOO_LARGE
+    # In one piece, the longest wait would be the whole decoding time; in 1 MiB pieces,
+    # about a 48th of it.
+    assert max(lags) < resp.decode_s / 3, (max(lags), resp.decode_s)
+    assert 0 < resp.duration_s <= elapsed - resp.decode_s + 0.001
+
+
 class RefuseEveryConnection(aiohttp.TCPConnector):
     attempts: list = []
 
