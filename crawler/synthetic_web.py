@@ -314,6 +314,11 @@ class SyntheticWeb:
 
     def start(self) -> int:
         """Serve from a background thread; returns the port."""
+        if any("bomb" in site.features for site in self.site_list):
+            # Built now, not on the serving loop: a quarter second of compression there
+            # would stall every site (every fetch in flight would look 0.5 s slow, and
+            # their hosts' gaps, 10x a request's duration, would grow with it).
+            _gzip_bomb()
         self._thread = threading.Thread(target=self._run, name="synthetic-web", daemon=True)
         self._thread.start()
         if not self._ready.wait(15):
