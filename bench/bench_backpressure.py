@@ -18,7 +18,6 @@ reads only what downstream accepts. Needs the local stack (`./dev up`).
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import tempfile
 import time
@@ -29,7 +28,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 from kafka import KafkaConsumer, KafkaProducer  # noqa: E402
 
-from bench._results import record  # noqa: E402
+from bench._results import record, tree_pids  # noqa: E402
 from crawler.local import ensure_topics  # noqa: E402
 from crawler.run import JobProcess, synthetic_overrides  # noqa: E402
 from crawler.synthetic_web import SyntheticWeb, build_sites  # noqa: E402
@@ -42,20 +41,8 @@ SITES = 30
 
 def tree_rss_mib(root: int) -> tuple[float, float]:
     """(RSS of `root` and all its descendants, of the Python workers among them), MiB."""
-    children: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                stat = Path(f"/proc/{entry}/stat").read_text()
-            except OSError:
-                continue
-            ppid = int(stat.rsplit(")", 1)[1].split()[1])
-            children.setdefault(ppid, []).append(int(entry))
     total = workers = 0.0
-    todo = [root]
-    while todo:
-        pid = todo.pop()
-        todo += children.get(pid, [])
+    for pid in tree_pids([root]):
         try:
             status = Path(f"/proc/{pid}/status").read_text()
             cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
