@@ -114,7 +114,9 @@ def test_crawl_of_the_synthetic_web(cfg, fresh_topics, tmp_path):
             assert all(r.path == "/robots.txt" for r in reqs[:3])
 
     # Redirect loops end; traps stay within their budgets; session ids never reach a request.
-    loops = Counter(r.host + r.path for r in log if r.path.startswith("/loop/"))
+    # (A 429 on a throttled site is no hop of the loop: the URL waits and is asked again.)
+    loops = Counter(r.host + r.path for r in log
+                    if r.path.startswith("/loop/") and r.status not in (429, 503))
     assert loops and max(loops.values()) <= 2
     calendar = Counter(r.host for r in log if r.path.startswith("/cal/"))
     assert calendar and max(calendar.values()) <= TEMPLATE_BUDGET + 1
