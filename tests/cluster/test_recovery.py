@@ -15,11 +15,11 @@ may repeat the numbers the lost incarnation had issued, with new ids, and Flink 
 restore more than once after one kill) and, after the rescale, both frontier subtasks
 own hosts; every host with pages not yet leased at the savepoint (so a timer pending:
 with look-ahead, a host may have leased all it knows before) leased again after the
-restore; the upgraded build restored the old state with its added
-fields defaulted (a metric — after the rescale it counts only hosts the v2 job never
-wrote back, idle ones — and the log line from the new build's own file — which
-needs the upgrade to restart the TaskManagers that ran the old build: thread mode
-imports Python once per JVM); each crash re-fetched only after its lease expired (a
+restore; the upgraded build restored the old state with its added fields defaulted
+(one log line per host, from the new build's own file — which needs the upgrade to
+restart the TaskManagers that ran the old build: thread mode imports Python once per
+JVM — and a metric where the REST API reports it; after the rescale it counts only
+hosts the v2 job never wrote back, idle ones); each crash re-fetched only after its lease expired (a
 restarted fetcher does not replay leases it may have sent), each lost completion
 re-leased and fetched again."""
 
@@ -102,27 +102,33 @@ def wait_running(cluster: Cluster, job: str, timeout_s: float = 180) -> str:
 
 
 def frontier_metrics(cluster: Cluster, jid: str, at_least: float = 0, timeout_s: float = 90
-                     ) -> tuple[float, list[float]]:
-    """(sum of hosts_restored_with_added_fields, records in per frontier subtask), from
-    the REST API, once the sum reaches `at_least` (the JobManager fetches metrics every
-    10 s; a host is restored when its first timer or record arrives) or at the timeout."""
+                     ) -> tuple[float | None, list[float]]:
+    """(sum of hosts_restored_with_added_fields, records in per subtask of the frontier
+    operator), from the REST API, once the sum reaches `at_least` (the JobManager fetches
+    metrics every 10 s; a host is restored when its first timer or record arrives) or at
+    the timeout. The sum is None if the REST API never listed the metric (it has happened
+    on a loaded machine; the log lines are the primary evidence)."""
     deadline = time.monotonic() + timeout_s
+    total: float | None = None
+    per_subtask: list[float] = []
     while True:
         for v in cluster.job_detail(jid)["vertices"]:
             base = f"/jobs/{jid}/vertices/{v['id']}"
+            if v["name"].startswith("frontier"):
+                wanted = ",".join(f"{i}.numRecordsIn" for i in range(v["parallelism"]))
+                per = {m["id"]: float(m["value"])
+                       for m in cluster.get_json(f"{base}/metrics?get={wanted}") or []}
+                if per:
+                    per_subtask = [per.get(f"{i}.numRecordsIn", 0.0)
+                                   for i in range(v["parallelism"])]
             names = [m["id"] for m in cluster.get_json(f"{base}/subtasks/metrics") or []
                      if m["id"].endswith(ADDED_FIELDS_METRIC)]
-            if not names:
-                continue
-            added = cluster.get_json(f"{base}/subtasks/metrics?get={names[0]}&agg=sum")
-            wanted = ",".join(f"{i}.numRecordsIn" for i in range(v["parallelism"]))
-            per = {m["id"]: float(m["value"])
-                   for m in cluster.get_json(f"{base}/metrics?get={wanted}") or []}
-            total = float(added[0]["sum"])
-            if total >= at_least or time.monotonic() > deadline:
-                return total, [per.get(f"{i}.numRecordsIn", 0.0)
-                               for i in range(v["parallelism"])]
-        assert time.monotonic() < deadline, f"no {ADDED_FIELDS_METRIC} metric on {jid}"
+            if names:
+                added = cluster.get_json(f"{base}/subtasks/metrics?get={names[0]}&agg=sum")
+                total = float(added[0]["sum"])
+        if (total is not None and total >= at_least and per_subtask) or \
+                time.monotonic() > deadline:
+            return total, per_subtask
         time.sleep(2)
 
 
@@ -250,6 +256,9 @@ def test_crawl_survives_kill_9_upgrade_rescale_and_fetcher_faults(cfg, fresh_top
     logged = [line for log in cluster.root.glob("taskmanager-*/taskmanager-*.log")
               for line in log.read_text(errors="replace").splitlines()
               if "took their defaults" in line and "build-v2" in line]
+    # One line per host restored through the added fields (what the metric counts).
+    restored_hosts = {line.split("host state of ", 1)[1].split()[0] for line in logged
+                      if "host state of " in line}
     crashes, drops = injected(markers, "crash"), injected(markers, "drop")
     refetch_gaps = [sorted(requests[url])[1] - sorted(requests[url])[0]
                     if len(requests[url]) > 1 else None for url, _ in crashes]
@@ -261,8 +270,8 @@ def test_crawl_survives_kill_9_upgrade_rescale_and_fetcher_faults(cfg, fresh_top
           f"reissued or out of order within one of {len(epochs) + 1} incarnations; "
           f"{len(pending) - len(stuck)} of {len(pending)} hosts "
           f"pending at the savepoint leased after the restore; hosts restored with added "
-          f"fields: {added_v2:.0f} (after the rescale, hosts v2 never wrote back: "
-          f"{added_after_rescale:.0f}); "
+          f"fields: {len(restored_hosts)} by the log, {added_v2} by the metric (after the "
+          f"rescale, hosts v2 never wrote back: {added_after_rescale}); "
           f"records in per frontier subtask {records_in}; crashes {len(crashes)} "
           f"(re-fetched after {refetch_gaps} s), lost completions {len(drops)} "
           f"(lease attempts {releases}); " + "; ".join(disruptions))
@@ -271,8 +280,10 @@ def test_crawl_survives_kill_9_upgrade_rescale_and_fetcher_faults(cfg, fresh_top
     assert violations == dict.fromkeys(violations, 0), violations
     assert out_of_order == {}, "a host's lease counter went back between restores: two owners"
     assert pending and stuck == set(), f"hosts that never leased after the restore: {stuck}"
-    assert added_v2 >= 1, "build v2 did not restore the v1 state through its added fields"
     assert logged and "build, policy.upgrade_note" in logged[0], logged[:1]
+    assert restored_hosts, "build v2 did not restore the v1 state through its added fields"
+    # The metric counts the same, where the REST API reports it.
+    assert added_v2 is None or added_v2 >= 1, added_v2
     assert len(records_in) == 2 and min(records_in) > 0, \
         f"after the rescale one frontier subtask owns no host: {records_in}"
     assert len(crashes) == 2 and len(drops) == 2, (crashes, drops)
