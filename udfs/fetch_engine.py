@@ -37,7 +37,6 @@ class FetchEngine:
         self._outbox: deque = deque()
         self._active = 0
         self._lock = threading.Lock()
-        self._room = threading.Condition(self._lock)
         self.loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._run, name="fetch-engine", daemon=True)
         self._thread.start()
@@ -52,14 +51,9 @@ class FetchEngine:
         except BaseException as exc:  # noqa: BLE001 - handed to the task's thread
             self.failure = self.failure or exc
             out = []
-        with self._room:
+        with self._lock:
             self._outbox.extend(out)
             self._active -= 1
-            self._room.notify_all()
-
-    def has_room(self) -> bool:
-        with self._lock:
-            return self._active < self.capacity
 
     def submit(self, item: Any) -> bool:
         """Start work on `item` if the engine has room (else False: try again later)."""
