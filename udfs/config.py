@@ -208,7 +208,9 @@ _RULES: dict[str, Callable[[Any], str | None]] = {
     "s3.endpoint_url": _endpoint,
     "s3.bucket": lambda v: None if re.match(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$", v)
     else "must be a valid S3 bucket name",
-    "flink.parallelism": _between(1, 100000),
+    "flink.parallelism": _between(1, 32768),
+    # Flink's own bounds on the number of key groups.
+    "flink.max_parallelism": _between(1, 32768, "Flink allows 1 to 32768 key groups"),
     # SPEC: a discovered URL must be durable within 60 s, and a record is
     # durable only once a checkpoint containing it completes.
     "flink.checkpoint_interval_ms": _between(100, 60000, "durability within 60 s needs <= 60000"),
@@ -239,6 +241,9 @@ _CROSS_RULES: list[tuple[Callable[[dict[str, Any]], bool], str]] = [
     (lambda d: d["fetch"]["total_timeout_s"] < d["frontier"]["lease_timeout_s"],
      "fetch.total_timeout_s must be below frontier.lease_timeout_s: a fetch that outlives "
      "its lease could run beside the re-let one"),
+    (lambda d: d["flink"]["parallelism"] <= d["flink"]["max_parallelism"],
+     "flink.parallelism must not exceed flink.max_parallelism: a job has no more "
+     "subtasks than key groups"),
 ]
 
 

@@ -135,6 +135,10 @@ def make_env(cfg: Config, *, thread_mode: bool = False, bundle_size: int | None 
         conf.set_string("restart-strategy.type", "fixed-delay")
         conf.set_string("restart-strategy.fixed-delay.attempts", str(cfg["flink.restart_attempts"]))
         conf.set_string("restart-strategy.fixed-delay.delay", f"{cfg['flink.restart_delay_ms']}ms")
+    # The key groups are fixed by the first checkpoint; set, not left to Flink's
+    # default (128 for a job first run at parallelism 85 or less), so a crawl can
+    # later grow past 128 subtasks.
+    conf.set_string("pipeline.max-parallelism", str(cfg["flink.max_parallelism"]))
     env = StreamExecutionEnvironment.get_execution_environment(conf)
     env.set_parallelism(cfg["flink.parallelism"])
     return env

@@ -29,6 +29,7 @@ module "manifests" {
     fetcher  = merge(var.resources["fetcher"], { parallelism = var.fetcher_parallelism, task_slots = var.task_slots })
   }
   checkpoint_interval_ms  = var.checkpoint_interval_ms
+  max_parallelism         = var.max_parallelism
   state_backend           = var.state_backend
   bucket                  = var.bucket
   s3_endpoint_url         = var.s3_endpoint_url

@@ -131,6 +131,17 @@ variable "resources" {
   }
 }
 
+variable "max_parallelism" {
+  description = "Maximum parallelism (key groups) of both jobs: the most subtasks a job can be rescaled to. Fixed by a job's first checkpoint; a savepoint restores only into the same value."
+  type        = number
+  default     = 4096
+
+  validation {
+    condition     = var.max_parallelism >= 1 && var.max_parallelism <= 32768 && floor(var.max_parallelism) == var.max_parallelism && var.max_parallelism >= var.frontier_parallelism && var.max_parallelism >= var.fetcher_parallelism
+    error_message = "max_parallelism must be a whole number from 1 to 32768, at least each job's parallelism."
+  }
+}
+
 variable "checkpoint_interval_ms" {
   description = "Checkpoint interval of both jobs in ms. A discovered URL is durable, and a Kafka transaction committed, once a checkpoint completes."
   type        = number

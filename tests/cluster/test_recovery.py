@@ -13,14 +13,16 @@ frontier that its JobManager logs: its lease counter lives in its state, so a do
 owner would issue a number twice; leases travel at once, so a restore from a checkpoint
 may repeat the numbers the lost incarnation had issued, with new ids, and Flink may
 restore more than once after one kill) and, after the rescale, both frontier subtasks
-own hosts; every host with pages not yet leased at the savepoint (so a timer pending:
-with look-ahead, a host may have leased all it knows before) leased again after the
-restore; the upgraded build restored the old state with its added fields defaulted
-(one log line per host, from the new build's own file — which needs the upgrade to
-restart the TaskManagers that ran the old build: thread mode imports Python once per
-JVM — and a metric where the REST API reports it; after the rescale it counts only
-hosts the v2 job never wrote back, idle ones); each crash re-fetched only after its lease expired (a
-restarted fetcher does not replay leases it may have sent), each lost completion
+lease (the owner of each host that leased, by Flink's key-group arithmetic over the
+job's configured maximum parallelism, which the REST API reports); every host with
+pages not yet leased at the savepoint (so a timer pending: with look-ahead, a host may
+have leased all it knows before) leased again after the restore; the upgraded build
+restored the old state with its added fields defaulted (one log line per host, from
+the new build's own file — which needs the upgrade to restart the TaskManagers that ran
+the old build: thread mode imports Python once per JVM — and a metric where the REST
+API reports it; after the rescale it counts only hosts the v2 job never wrote back,
+idle ones); each crash re-fetched only after its lease expired (a restarted fetcher
+does not replay leases it may have sent), each lost completion
 re-leased and fetched again."""
 
 from __future__ import annotations
@@ -38,12 +40,14 @@ from crawler.local import LocalStack
 from crawler.run import Watcher, publish_seeds, synthetic_overrides
 from crawler.synthetic_web import SyntheticWeb, build_sites
 from udfs.config import TOPIC_KEYS, load_config
+from udfs.core.partitioning import host_subtask
 from udfs.faults import injected
 
 MIN_GAP_S = 0.2
 LEASE_TIMEOUT_S = 20
 ROOT = Path(__file__).resolve().parent.parent.parent
 ADDED_FIELDS_METRIC = "hosts_restored_with_added_fields"
+MAX_PARALLELISM = load_config(env={})["flink.max_parallelism"]
 # Site 6 has Crawl-delay 1.5 s: a replayed request would break it.
 CRASH_AT = r"site6.test:[0-9]+/p/9$|site10.test:[0-9]+/p/4$"
 DROP_AT = r"site4.test:[0-9]+/p/7$|site8.test:[0-9]+/p/11$"
@@ -101,34 +105,25 @@ def wait_running(cluster: Cluster, job: str, timeout_s: float = 180) -> str:
     raise AssertionError(f"{job} not running again within {timeout_s} s")
 
 
-def frontier_metrics(cluster: Cluster, jid: str, at_least: float = 0, timeout_s: float = 90
-                     ) -> tuple[float | None, list[float]]:
-    """(sum of hosts_restored_with_added_fields, records in per subtask of the frontier
-    operator), from the REST API, once the sum reaches `at_least` (the JobManager fetches
-    metrics every 10 s; a host is restored when its first timer or record arrives) or at
-    the timeout. The sum is None if the REST API never listed the metric (it has happened
-    on a loaded machine; the log lines are the primary evidence)."""
+def added_fields_metric(cluster: Cluster, jid: str, at_least: float = 0,
+                        timeout_s: float = 90) -> float | None:
+    """Sum of hosts_restored_with_added_fields over the frontier job's subtasks, from the
+    REST API, once it reaches `at_least` (the JobManager fetches metrics every 10 s; a
+    host is restored when its first timer or record arrives) or at the timeout. None if
+    the REST API never listed the metric (it has happened on a loaded machine; the log
+    lines are the primary evidence)."""
     deadline = time.monotonic() + timeout_s
     total: float | None = None
-    per_subtask: list[float] = []
     while True:
         for v in cluster.job_detail(jid)["vertices"]:
             base = f"/jobs/{jid}/vertices/{v['id']}"
-            if v["name"].startswith("frontier"):
-                wanted = ",".join(f"{i}.numRecordsIn" for i in range(v["parallelism"]))
-                per = {m["id"]: float(m["value"])
-                       for m in cluster.get_json(f"{base}/metrics?get={wanted}") or []}
-                if per:
-                    per_subtask = [per.get(f"{i}.numRecordsIn", 0.0)
-                                   for i in range(v["parallelism"])]
             names = [m["id"] for m in cluster.get_json(f"{base}/subtasks/metrics") or []
                      if m["id"].endswith(ADDED_FIELDS_METRIC)]
             if names:
                 added = cluster.get_json(f"{base}/subtasks/metrics?get={names[0]}&agg=sum")
                 total = float(added[0]["sum"])
-        if (total is not None and total >= at_least and per_subtask) or \
-                time.monotonic() > deadline:
-            return total, per_subtask
+        if (total is not None and total >= at_least) or time.monotonic() > deadline:
+            return total
         time.sleep(2)
 
 
@@ -205,15 +200,19 @@ def test_crawl_survives_kill_9_upgrade_rescale_and_fetcher_faults(cfg, fresh_top
         # c. Rescale 1 -> 2 (still build v2).
         wait_for(0.65)
         # Read late: a new job's metrics reach the REST API after tens of seconds.
-        added_v2, _ = frontier_metrics(cluster, jid, at_least=1, timeout_s=150)
+        added_v2 = added_fields_metric(cluster, jid, at_least=1, timeout_s=150)
         _, jid = cluster.upgrade("frontier", job_args, parallelism=2, build=v2)
         frontier_jids.add(jid)
+        rescaled_ms = int(time.time() * 1000)  # the old job is stopped by now
         disruptions.append(f"rescale 1 -> 2 at {len(indexed())} pages")
         wait_running(cluster, "frontier")
-        assert {v["parallelism"] for v in cluster.job_detail(jid)["vertices"]} == {2}
+        vertices = cluster.job_detail(jid)["vertices"]
+        assert {v["parallelism"] for v in vertices} == {2}
+        # The key groups the jobs were configured with (not Flink's default of 128).
+        assert {v.get("maxParallelism") for v in vertices} == {MAX_PARALLELISM}, vertices
 
         wait_for(1.0, timeout_s=600)
-        added_after_rescale, records_in = frontier_metrics(cluster, jid)
+        added_after_rescale = added_fields_metric(cluster, jid)
     finally:
         if watcher:
             watcher.poll()
@@ -224,6 +223,10 @@ def test_crawl_survives_kill_9_upgrade_rescale_and_fetcher_faults(cfg, fresh_top
     # TaskManagers killed above.
     assert cluster.processes() == [], f"left running after down: {cluster.processes()}"
 
+    # Which subtask owns each host that leased after the rescale, by Flink's key-group
+    # arithmetic (udfs/core/partitioning.py, checked against Flink's own classes).
+    owners = {host_subtask(lz["host_key"], MAX_PARALLELISM, 2) for lz in watcher.leases
+              if lz["issued_at_ms"] >= rescaled_ms}
     events = watcher.events
     ids = [e["event_id"] for e in events]
     duplicates = len(ids) - len(set(ids))
@@ -272,7 +275,7 @@ def test_crawl_survives_kill_9_upgrade_rescale_and_fetcher_faults(cfg, fresh_top
           f"pending at the savepoint leased after the restore; hosts restored with added "
           f"fields: {len(restored_hosts)} by the log, {added_v2} by the metric (after the "
           f"rescale, hosts v2 never wrote back: {added_after_rescale}); "
-          f"records in per frontier subtask {records_in}; crashes {len(crashes)} "
+          f"subtasks that leased after the rescale {sorted(owners)}; crashes {len(crashes)} "
           f"(re-fetched after {refetch_gaps} s), lost completions {len(drops)} "
           f"(lease attempts {releases}); " + "; ".join(disruptions))
     assert expected <= watcher.progress.urls
@@ -284,8 +287,7 @@ def test_crawl_survives_kill_9_upgrade_rescale_and_fetcher_faults(cfg, fresh_top
     assert restored_hosts, "build v2 did not restore the v1 state through its added fields"
     # The metric counts the same, where the REST API reports it.
     assert added_v2 is None or added_v2 >= 1, added_v2
-    assert len(records_in) == 2 and min(records_in) > 0, \
-        f"after the rescale one frontier subtask owns no host: {records_in}"
+    assert owners == {0, 1}, f"after the rescale only subtasks {owners} leased"
     assert len(crashes) == 2 and len(drops) == 2, (crashes, drops)
     # A crashed fetcher's replayed lease is not sent again; the URL is re-let at expiry.
     assert all(gap is not None and gap >= LEASE_TIMEOUT_S - 5 for gap in refetch_gaps)

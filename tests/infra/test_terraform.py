@@ -217,6 +217,7 @@ def test_no_credential_has_a_default():
 def test_the_settings_that_size_and_pace_the_crawl_are_validated():
     variables = root_variables()
     for name in ["image", "namespace", "frontier_parallelism", "fetcher_parallelism",
+                 "max_parallelism",
                  "task_slots", "resources",
                  "checkpoint_interval_ms", "state_backend", "politeness", "topics",
                  "kafka_mode", "bucket", "user_agent"]:
@@ -226,6 +227,8 @@ def test_the_settings_that_size_and_pace_the_crawl_are_validated():
 @pytest.mark.parametrize("bad, message", [
     ({"frontier_parallelism": 0}, "frontier_parallelism must be"),
     ({"checkpoint_interval_ms": 600000}, "checkpoint_interval_ms must be"),
+    ({"max_parallelism": 65536}, "max_parallelism must be"),
+    ({"max_parallelism": 4, "fetcher_parallelism": 8}, "at least each job's parallelism"),
     ({"image": "registry.example.com/crawler/jobs:latest"}, "fixed tag or a digest"),
     ({"state_backend": "memory"}, "state_backend must be"),
     ({"topics": {"discovered": {"partitions": 4, "retention_ms": -1}}}, "exactly the streams"),
@@ -261,6 +264,7 @@ def test_the_root_wires_parallelism_and_checkpoints_into_the_module_and_deploys_
     assert "var.frontier_parallelism" in call["jobs"]["frontier"]
     assert "var.fetcher_parallelism" in call["jobs"]["fetcher"]
     assert call["checkpoint_interval_ms"] == "${var.checkpoint_interval_ms}"
+    assert call["max_parallelism"] == "${var.max_parallelism}"
     resources = blocks(main, "resource")
     job = resources["kubernetes_manifest.job"]
     assert job["for_each"] == "${module.manifests.deployments}"
@@ -299,6 +303,7 @@ def test_parallelism_and_checkpoint_interval_reach_the_operator_and_the_job(rend
         assert d["spec"]["flinkConfiguration"]["execution.checkpointing.interval"] == "4321ms"
         assert d["spec"]["flinkConfiguration"]["taskmanager.numberOfTaskSlots"] == "3"
         assert rendered["settings"][job]["flink.checkpoint_interval_ms"] == 4321
+        assert rendered["settings"][job]["flink.max_parallelism"] == 4096
 
 
 def job_arguments(d: dict) -> tuple[str, list[str]]:

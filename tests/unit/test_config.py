@@ -134,6 +134,11 @@ def test_keys_that_depend_on_each_other_are_checked_together():
     cfg = load_config(env={}, overrides=["fetch.total_timeout_s=400",
                                          "frontier.lease_timeout_s=600"])
     assert cfg["fetch.total_timeout_s"] == 400.0
+    with pytest.raises(ConfigError, match="flink.parallelism must not exceed "
+                                          "flink.max_parallelism"):
+        load_config(env={}, overrides=["flink.parallelism=200", "flink.max_parallelism=128"])
+    with pytest.raises(ConfigError, match="flink.max_parallelism: must be between 1 and 32768"):
+        load_config(env={}, overrides=["flink.max_parallelism=65536"])
 
 
 def test_changed_lists_what_every_source_set(tmp_path):

@@ -26,6 +26,7 @@ locals {
       "s3.region"                    = var.s3_region
       "s3.path_style"                = var.s3_endpoint_url != ""
       "flink.checkpoint_interval_ms" = var.checkpoint_interval_ms
+      "flink.max_parallelism"        = var.max_parallelism
       "flink.state_backend"          = var.state_backend
       "flink.python_executable"      = var.python
       "flink.jars"                   = [] # the Kafka connector is in the image's /opt/flink/lib

@@ -54,6 +54,11 @@ variable "jobs" {
   }))
 }
 
+variable "max_parallelism" {
+  description = "Maximum parallelism (key groups) of both jobs."
+  type        = number
+}
+
 variable "checkpoint_interval_ms" {
   description = "Checkpoint interval of both jobs, in milliseconds."
   type        = number
