@@ -155,11 +155,20 @@ class FetchFunction(AsyncFunction):
                 except TimeoutError:
                     pass
 
-    async def _release(self, timing: LeaseTiming, started: float, *, status: int | None,
-                       retry_after: str | None, outcome: str) -> None:
+    async def _release(self, timing: LeaseTiming, started: float,
+                       completion: dict | None) -> None:
+        """The request is over: its host's next request may follow after the gap. The
+        gap runs from now (after storing and parsing: never shorter than from the
+        response), and the duration rule uses the request's own duration — the one the
+        completion reports and the frontier plans from — not our store and parse time."""
         now = time.time()
+        if completion is None:  # the fetch raised: all we know is the time it took
+            outcome, retry_after, duration = "OTHER_ERROR", None, now - started
+        else:
+            outcome, retry_after = completion["outcome"], completion["retry_after"]
+            duration = completion["fetch_duration_ms"] / 1000
         throttled = outcome == "THROTTLED"
-        self.queues.end(timing, now, now - started, throttled=throttled,
+        self.queues.end(timing, now, duration, throttled=throttled,
                         retry_until=parse_retry_after(retry_after, now) if throttled else None)
         turn = self._turn(timing.host_key)
         async with turn:
@@ -211,11 +220,7 @@ class FetchFunction(AsyncFunction):
             if self.faults is not None:
                 self.faults.after_response(lease["url"])
         finally:
-            await self._release(
-                timing, started, status=None if completion is None else
-                completion["http_status"],
-                retry_after=None if completion is None else completion["retry_after"],
-                outcome="OTHER_ERROR" if completion is None else completion["outcome"])
+            await self._release(timing, started, completion)
         host = lease["host_key"]
         # Written as completion v1 (v2 only adds NOT_SENT): a frontier of the build before
         # still reads it while the fetcher is upgraded first.

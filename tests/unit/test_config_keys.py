@@ -1643,6 +1643,8 @@ EFFECTS: dict[str, Effect] = {
     # flink
     "flink.parallelism": Effect(p_flink, 3, lambda d, c, ch: all(
         c[j][1] == 3 for j in ("frontier", "fetcher"))),
+    "flink.max_parallelism": Effect(p_flink, 256,
+                                    both_jobs("pipeline.max-parallelism", "256")),
     "flink.checkpoint_interval_ms": Effect(
         p_flink, 20000, both_durations("execution.checkpointing.interval", 20000)),
     "flink.checkpoint_dir": Effect(p_flink, "s3://bucket/ckpt",
@@ -1777,6 +1779,21 @@ def test_changing_the_key_changes_what_its_consumer_does(key, world):
             f"{key}={value!r} does not have the effect its comment states"
             f"{': ' + effect.claim if effect.claim else ''}. Observed ({what}): with the "
             f"default {_render(before)}; changed {_render(after)}")
+
+
+def test_the_fetchers_gap_counts_the_servers_time_not_our_parsing(world):
+    """The fetcher's back queue applies the duration rule (gap = duration_factor x the
+    request's duration) to the request's own duration, the completion's
+    fetch_duration_ms, not to the time the fetcher then spends storing and parsing:
+    a 0.4 s parse stall must not become a 4 s gap for the host."""
+    cfg = load_config(env={}, overrides=[*LOOPBACK_NETS, "faults.parse_delay_s=0.4"])
+    job = FetcherJob(cfg, world)
+    url = world.url("/page")
+    start = time.monotonic()
+    fetch_once(cfg, world, url, job=job)
+    assert time.monotonic() - start >= 0.4  # the stall happened
+    slot = job.fn.queues.slots[split_host_key(url)[0]]
+    assert slot.last_duration < 0.3, slot
 
 
 if __name__ == "__main__":  # pragma: no cover
