@@ -10,7 +10,15 @@ from dataclasses import replace
 import pytest
 
 from udfs.core.coldqueue import ColdQueue, DictKeyValue
-from udfs.core.frontier import FetchResult, FrontierConfig, HostFrontier, Kind, Outcome, UrlStatus
+from udfs.core.frontier import (
+    FetchResult,
+    FrontierConfig,
+    HostFrontier,
+    Kind,
+    Outcome,
+    UrlStatus,
+    url_from_saved,
+)
 
 H = "http://hot.test"
 CAP = 100
@@ -122,7 +130,8 @@ def test_a_host_with_many_urls_stays_within_its_window_and_leases_each_url_once(
     assert all(lease.url_version == 1 for lease in leases)
     # Fetched URLs wait for their recrawl in the cold queue, not in memory.
     assert len(h.urls) < CAP and len(h.cold) + len(h.urls) == 3000
-    assert {saved["status"] for saved in stores.urls.values()} == {UrlStatus.FETCHED}
+    assert {url_from_saved(saved).status for saved in stores.urls.values()} == \
+        {UrlStatus.FETCHED}
 
 
 def test_recrawls_come_back_from_the_cold_queue_when_due():
