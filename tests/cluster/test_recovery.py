@@ -17,13 +17,13 @@ lease (the owner of each host that leased, by Flink's key-group arithmetic over 
 job's configured maximum parallelism, which the REST API reports); every host with
 pages not yet leased at the savepoint (so a timer pending: with look-ahead, a host may
 have leased all it knows before) leased again after the restore; the upgraded build
-restored the old state with its added fields defaulted (one log line per host, from
-the new build's own file — which needs the upgrade to restart the TaskManagers that ran
-the old build: thread mode imports Python once per JVM — and a metric where the REST
-API reports it; after the rescale it counts only hosts the v2 job never wrote back,
-idle ones); each crash re-fetched only after its lease expired (a restarted fetcher
-does not replay leases it may have sent), each lost completion
-re-leased and fetched again."""
+restored the old state with its added fields defaulted (a log line naming the first
+host of each set of added fields, per subtask, from the new build's own file — which
+needs the upgrade to restart the TaskManagers that ran the old build: thread mode
+imports Python once per JVM — and a metric where the REST API reports it; after the
+rescale it counts only hosts the v2 job never wrote back, idle ones); each crash
+re-fetched only after its lease expired (a restarted fetcher does not replay leases it
+may have sent), each lost completion re-leased and fetched again."""
 
 from __future__ import annotations
 
@@ -259,7 +259,8 @@ def test_crawl_survives_kill_9_upgrade_rescale_and_fetcher_faults(cfg, fresh_top
     logged = [line for log in cluster.root.glob("taskmanager-*/taskmanager-*.log")
               for line in log.read_text(errors="replace").splitlines()
               if "took their defaults" in line and "build-v2" in line]
-    # One line per host restored through the added fields (what the metric counts).
+    # The hosts named by those lines: one per set of added fields and subtask (the metric
+    # counts every host).
     restored_hosts = {line.split("host state of ", 1)[1].split()[0] for line in logged
                       if "host state of " in line}
     crashes, drops = injected(markers, "crash"), injected(markers, "drop")
