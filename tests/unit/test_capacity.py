@@ -26,15 +26,18 @@ def test_published_figures():
     assert round(f["back queues, peak"]) == 25_000  # pages/s × 1 s gap
     assert round(f["connections in flight, average"]) == 11_574  # Little's law, 1 s latency
     assert f["fetcher slots at peak"] == 32 and f["parser slots at peak"] == 228
+    assert f["frontier slots at peak"] == 27  # 25,000 / 950 measured grants per slot
 
 
 def test_assumptions_file_changes_the_plan(tmp_path):
     mine = tmp_path / "a.yaml"
-    mine.write_text("politeness_gap_s: 2\nfetch_latency_s: 0.5\nknown_urls: 20000000000\n")
+    mine.write_text("politeness_gap_s: 2\nfetch_latency_s: 0.5\nknown_urls: 20000000000\n"
+                    "frontier_grants_per_s_per_slot: 3000\n")
     f = figures(mine)
     assert round(f["back queues, peak"]) == 50_000
     assert round(f["connections in flight, peak"]) == 12_500
     assert f["fingerprint collision pairs"] == pytest.approx(4 * 2.71, abs=0.05)
+    assert f["frontier slots at peak"] == 9  # the goal of 3,000 grants per slot
 
 
 @pytest.mark.parametrize("text, message", [

@@ -34,6 +34,7 @@ class Assumptions:
     fetch_latency_s: float
     fetcher_pages_per_s_per_slot: float
     parser_pages_per_s_per_slot: float
+    frontier_grants_per_s_per_slot: float
 
 
 def load_assumptions(path: str | Path | None = None) -> Assumptions:
@@ -100,6 +101,9 @@ def plan(a: Assumptions) -> list[Figure]:
                "Little's law: rate × fetch latency"),
         Figure("connections in flight, peak", a.peak_fetches_per_s * a.fetch_latency_s,
                "connections", "Little's law at peak"),
+        Figure("frontier slots at peak", math.ceil(a.peak_fetches_per_s /
+                                                   a.frontier_grants_per_s_per_slot), "slots",
+               "peak rate (one lease grant per fetch) / frontier grants per slot"),
         Figure("fetcher slots at peak", math.ceil(a.peak_fetches_per_s /
                                                   a.fetcher_pages_per_s_per_slot), "slots",
                "peak rate / fetcher pages per slot"),
