@@ -110,3 +110,14 @@ class CpuMeter:
     def seconds(self) -> float:
         self.sample()
         return sum(v - self.base.get(pid, 0.0) for pid, v in self.last.items())
+
+
+def broker_pid() -> int | None:
+    """The local stack's Kafka broker process, if it is running (its CPU is the crawl's)."""
+    from crawler.local import LocalStack
+    from udfs.config import load_config
+
+    for st in LocalStack(load_config(env={})).status():
+        if st.name == "kafka" and st.running:
+            return st.pid
+    return None

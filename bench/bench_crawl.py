@@ -25,7 +25,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-from bench._results import CpuMeter, record  # noqa: E402
+from bench._results import CpuMeter, broker_pid, record  # noqa: E402
 from crawler.run import JobProcess, publish_seeds, synthetic_overrides  # noqa: E402
 from crawler.synthetic_web import SyntheticWeb, build_sites  # noqa: E402
 from udfs.config import TOPIC_KEYS, load_config  # noqa: E402
@@ -88,15 +88,6 @@ def scrapy_python() -> Path:
         subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
         subprocess.run([str(py), "-m", "pip", "install", "-q", "scrapy==2.19.0"], check=True)
     return py
-
-
-def broker_pid() -> int | None:
-    from crawler.local import LocalStack
-
-    for st in LocalStack(load_config(env={})).status():
-        if st.name == "kafka" and st.running:
-            return st.pid
-    return None
 
 
 def timed_window(web: SyntheticWeb, seconds: int, meter: CpuMeter, alive) -> tuple[float, float]:
