@@ -37,6 +37,7 @@ class FetchEngine:
         self._outbox: deque = deque()
         self._active = 0
         self._lock = threading.Lock()
+        self._tasks: set[asyncio.Task] = set()  # the loop holds tasks weakly
         self.loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._run, name="fetch-engine", daemon=True)
         self._thread.start()
@@ -61,8 +62,15 @@ class FetchEngine:
             if self._active >= self.capacity:
                 return False
             self._active += 1
-        asyncio.run_coroutine_threadsafe(self._one(item), self.loop)
+        # The coroutine is made on the loop: one handed over as the engine closes is
+        # then never made, rather than made and never awaited.
+        self.loop.call_soon_threadsafe(self._start, item)
         return True
+
+    def _start(self, item: Any) -> None:
+        task = self.loop.create_task(self._one(item))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
     async def submit_when_room(self, item: Any, poll_s: float = 0.005) -> None:
         """Wait (without blocking the caller's event loop) until the engine has room."""
@@ -89,7 +97,7 @@ class FetchEngine:
         def stop() -> None:
             for task in asyncio.all_tasks(self.loop):
                 task.cancel()
-            self.loop.stop()
+            self.loop.call_soon(self.loop.stop)  # after the cancelled tasks' last step
 
         if self.loop.is_running():
             self.loop.call_soon_threadsafe(stop)
