@@ -622,7 +622,7 @@ def test_url_state_is_kept_in_a_numbered_layout_of_about_190_bytes():
     assert saved[0] == URL_LAYOUT and len(saved) == len(URL_LAYOUTS[URL_LAYOUT]) + 1
     assert all(type(v) in (str, int, float, bool, type(None)) for v in saved)  # no classes
     assert len(pickle.dumps(saved)) < 200
-    assert len(pickle.dumps(dict(zip(URL_LAYOUTS[URL_LAYOUT], saved[1:])))) > 400
+    assert len(pickle.dumps(dict(zip(URL_LAYOUTS[URL_LAYOUT], saved[1:], strict=True)))) > 400
     assert url_from_saved(pickle.loads(pickle.dumps(saved))) == u
 
 
