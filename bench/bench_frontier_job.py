@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import random
 import sys
 import tempfile
 import time
@@ -60,6 +61,9 @@ def answer(lease: dict, base: dict) -> dict:
         done["body"] = b"User-agent: *\nAllow: /\n"
     else:
         done["body_sha256"] = done["text_sha256"] = uuid.uuid4().hex * 2
+        # A distinct page's SimHash (the example's one shared by every page made each
+        # near-duplicate band one hot key: a worst case, not a crawl).
+        done["simhash"] = random.getrandbits(64) - (1 << 63)
     return done
 
 

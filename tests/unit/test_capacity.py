@@ -26,7 +26,7 @@ def test_published_figures():
     assert round(f["back queues, peak"]) == 25_000  # pages/s × 1 s gap
     assert round(f["connections in flight, average"]) == 11_574  # Little's law, 1 s latency
     assert f["fetcher slots at peak"] == 32 and f["parser slots at peak"] == 228
-    assert f["frontier slots at peak"] == 25  # 25,000 / 1,000 measured grants per slot
+    assert f["frontier slots at peak"] == 30  # 25,000 / 860 measured grants per slot
 
 
 def test_assumptions_file_changes_the_plan(tmp_path):
