@@ -7,6 +7,15 @@ hosts, redirects, 404s, changing pages) and reports completions; links found
 on pages flow back into discovery. An independent oracle reads the request
 log and counts politeness violations.
 
+Pages change on their own clocks: a fifth every few minutes, a quarter every half hour
+or so, the rest never (virtual time; the recrawl bounds are minutes here). Every tenth
+host is duplicate-heavy: four in five of its pages serve one boilerplate text. The
+index's exact-duplicate check (the first URL with a body owns it) answers the frontier
+when the index commits, as the job reads its index topic back. The report gives the
+share of stored copies that are current (freshness, sampled every minute) and of page
+fetches that found the page unchanged (wasted), for the learned priority or, with
+`learned_priority=False`, the fixed one.
+
 Some hosts hide an endless calendar (each day links to the next): the trap rules
 must stop it. Faults (all on by default): lost completions (the lease expires and is re-let),
 duplicate completions, duplicate lease records, leases lost on their way to the
@@ -27,7 +36,7 @@ import heapq
 import json
 import random
 from collections import deque
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from crawler.oracle import HostRules, Request, count_violations
@@ -35,6 +44,7 @@ from udfs.config import load_defaults
 from udfs.core.backqueue import REPORTED, BackQueues, LeaseTiming, Skip
 from udfs.core.frontier import Acceptance, FetchResult, Frontier, FrontierConfig, Kind, Outcome
 from udfs.core.politeness import Jitter
+from udfs.core.recrawl import Change, Dup
 from udfs.core.robots import RobotsPolicy, parse_robots
 from udfs.core.urls import split_host_key
 
@@ -57,7 +67,31 @@ class SimHost:
     max_in_flight: int = 1
     calendar: bool = False
     robots_failures_left: int = 0
-    version: list[int] = field(default_factory=list)
+    duplicate_heavy: bool = False
+
+    def change_period(self, page: int) -> float | None:
+        """Seconds between the page's changes (None: it never changes), and its phase."""
+        r = Jitter(f"change:{self.key}/{page}")
+        kind = r.random()
+        if kind < 0.2:
+            return 60.0 + 240.0 * r.random()
+        if kind < 0.45:
+            return 900.0 + 2700.0 * r.random()
+        return None
+
+    def version(self, page: int, now: float) -> int:
+        if self.duplicate_heavy and page % 5 != 0:
+            return 0  # boilerplate: its text never changes
+        period = self.change_period(page)
+        if period is None:
+            return 0
+        phase = Jitter(f"phase:{self.key}/{page}").random()
+        return int(now / period + phase)
+
+    def text(self, page: int, now: float) -> str:
+        if self.duplicate_heavy and page % 5 != 0:
+            return f"{self.key}/boilerplate"
+        return f"{self.key}/p/{page}#{self.version(page, now)}"
 
     def robots_body(self) -> str:
         if self.robots_kind == "delay":
@@ -87,8 +121,8 @@ class SyntheticWeb:
                 retry_after=rng.choice(["30", None]) if i % 7 == 3 else None,
                 error_p=0.03 if i % 11 == 5 else 0.002,
                 max_in_flight=2 if i % 13 == 6 else 1, calendar=i % 10 == 4,
-                robots_failures_left=rng.randint(1, 3) if kind == "flaky" else 0)
-            host.version = [0] * host.pages
+                robots_failures_left=rng.randint(1, 3) if kind == "flaky" else 0,
+                duplicate_heavy=i % 10 == 8)
             self.hosts[key] = host
         self.host_list = list(self.hosts.values())
 
@@ -140,10 +174,8 @@ class SyntheticWeb:
                 return 404, {}
             if page % 89 == 7:
                 return 301, {"location": f"{host.key}/p/{(page + 1) % host.pages}"}
-            if rng.random() < 0.3:
-                host.version[page] += 1  # the page changed since the last visit
-            return 200, {"text": f"{host.key}{path}#{host.version[page]}",
-                         "links": self.links(host, page)}
+            return 200, {"text": host.text(page, now), "links": self.links(host, page),
+                         "page": page}
         return 404, {}
 
 
@@ -164,6 +196,8 @@ class SimConfig:
     checkpoint_s: float = 5.0
     crashes: int = 3
     fault_p: float = 0.01
+    learned_priority: bool = True  # recrawl.learned_priority
+    freshness_every_s: float = 60.0
 
 
 def simulation_frontier_config() -> FrontierConfig:
@@ -181,7 +215,9 @@ class Simulation:
         self.sc = sc
         self.rng = random.Random(sc.seed)
         self.faults = set(sc.faults)
-        self.cfg = simulation_frontier_config()
+        cfg = simulation_frontier_config()
+        self.cfg = replace(cfg, recrawl=replace(cfg.recrawl,
+                                                learned_priority=sc.learned_priority))
         self.web = SyntheticWeb(sc.hosts, random.Random(sc.seed + 1), self.faults)
         self.frontier = Frontier(self.cfg, sc.seed)
         self.events: list[tuple[float, int, str, Any]] = []
@@ -205,7 +241,15 @@ class Simulation:
             "fetches", "robots_fetches", "completions_lost", "completions_duplicated",
             "leases_dropped_expired", "leases_duplicated", "crashes", "fetcher_crashes",
             "accepted", "duplicates", "stale", "index_events", "double_completions",
-            "refused", "not_sent", "replayed_skipped")}
+            "refused", "not_sent", "replayed_skipped", "page_fetches", "unchanged_fetches",
+            "duplicates_reported", "dup_host_fetches")}
+        # The index's exact-duplicate state (body → first url_id), the events waiting
+        # for the commit that gives them their duplicate check, and the copies stored.
+        self.body_owner: dict[str, str] = {}
+        self.pending_checks: list[tuple[str, str, int, str, bool]] = []
+        self.stored: dict[tuple[str, int], int] = {}  # (host, page) → version fetched
+        self.fresh_samples: list[float] = []
+        self.dup_host_pages: set[tuple[str, int]] = set()
 
     # -- plumbing -------------------------------------------------------------
 
@@ -251,6 +295,13 @@ class Simulation:
             if self.indexed[ident] > 1:
                 self.m["double_completions"] += 1
         self.pending_index.clear()
+        # The committed events' duplicate checks; the frontier reads them back (its
+        # inputs since this checkpoint: a crash replays them).
+        checks, self.pending_checks = self.pending_checks, []
+        for host_key, url_id, version, body, new_page in checks:
+            owner = self.body_owner.setdefault(body, url_id)
+            if owner != url_id:
+                self.feedback((host_key, url_id, version, new_page), now)
         self.read_since_checkpoint.clear()  # the fetcher's checkpoint, at the same time
 
     def crash(self, now: float) -> None:
@@ -261,13 +312,30 @@ class Simulation:
         self.frontier = Frontier.restore(self.snapshot, self.cfg, self.sc.seed, now)
         self.admitted = dict(self.snapshot_admitted)
         self.pending_index.clear()  # uncommitted: aborted with the transaction
+        self.pending_checks.clear()
         self.input_log.clear()
         for kind, args in replay:  # the sources rewind to the checkpoint's offsets
             if kind == "discover":
                 url, _, kw = args
                 self.discover(url, now, **kw)
+            elif kind == "duplicate":
+                self.feedback(args, now)
             else:
                 self.complete(args, now)
+
+    def feedback(self, args: tuple[str, str, int, bool], now: float) -> None:
+        self.input_log.append(("duplicate", args))
+        host_key, url_id, version, new_page = args
+        if self.frontier.duplicate(host_key, url_id, version, Dup.EXACT, new_page, now):
+            self.m["duplicates_reported"] += 1
+
+    def sample_freshness(self, now: float) -> None:
+        """The share of stored copies that match the page as it is now."""
+        if not self.stored:
+            return
+        hosts = self.web.hosts
+        current = sum(hosts[h].version(page, now) == v for (h, page), v in self.stored.items())
+        self.fresh_samples.append(current / len(self.stored))
 
     # -- the fetcher ------------------------------------------------------------
 
@@ -332,6 +400,16 @@ class Simulation:
         self.m["fetches"] += 1
         if lease.kind is Kind.ROBOTS:
             self.m["robots_fetches"] += 1
+        page = details.get("page")
+        if page is not None and status == 200:
+            self.m["page_fetches"] += 1
+            if self.stored.get((host.key, page)) == host.version(page, now) and \
+                    (host.key, page) in self.stored:
+                self.m["unchanged_fetches"] += 1
+            self.stored[(host.key, page)] = host.version(page, now)
+            if host.duplicate_heavy:
+                self.m["dup_host_fetches"] += 1
+                self.dup_host_pages.add((host.key, page))
         self.busy += 1
         self.running[len(self.log) - 1] = (lease, now, self.incarnation)
         self.at(end, "fetched", (lease, status, details, duration, len(self.log) - 1,
@@ -401,6 +479,8 @@ class Simulation:
             return
         if out.index:
             self.pending_index.append((result.url_id, result.url_version))
+            self.pending_checks.append((host_key, result.url_id, result.url_version,
+                                        result.body_sha256 or "", out.change is Change.NEW))
         h = self.frontier.hosts[host_key]
         depth = h.urls[result.url_id].depth if result.kind is Kind.PAGE else 0
         for url in links:
@@ -425,6 +505,7 @@ class Simulation:
         next_fetcher_crash = None if fetcher_crash_every is None else \
             fetcher_crash_every + fetcher_crash_every // 2
         next_checkpoint = sc.checkpoint_s
+        next_sample = sc.freshness_every_s
         now = 0.0
         guard = 0
         while self.m["fetches"] < sc.fetches:
@@ -454,6 +535,9 @@ class Simulation:
             if now >= next_checkpoint:
                 self.checkpoint(now)
                 next_checkpoint = now + sc.checkpoint_s
+            if now >= next_sample:
+                self.sample_freshness(now)
+                next_sample = now + sc.freshness_every_s
             if next_crash is not None and self.m["fetches"] >= next_crash and \
                     self.m["crashes"] < sc.crashes:
                 self.crash(now)
@@ -500,6 +584,15 @@ class Simulation:
             "leases_not_sent": self.m["not_sent"],
             "leases_replayed_skipped": self.m["replayed_skipped"],
             "refused_by_traps": self.m["refused"],
+            "learned_priority": self.sc.learned_priority,
+            "freshness": round(sum(self.fresh_samples) / max(1, len(self.fresh_samples)), 4),
+            "wasted_fetch_share": round(self.m["unchanged_fetches"] /
+                                        max(1, self.m["page_fetches"]), 4),
+            "page_fetches": self.m["page_fetches"],
+            "pages_covered": len(self.stored),
+            "duplicate_heavy_hosts": {"fetches": self.m["dup_host_fetches"],
+                                      "pages_covered": len(self.dup_host_pages),
+                                      "duplicates_reported": self.m["duplicates_reported"]},
             "eligibility_lag_s": {"p50": round(_percentile(self.lags, 0.5), 3),
                                   "p99": round(_percentile(self.lags, 0.99), 3),
                                   "high_priority_leases": len(self.lags)},

@@ -1,5 +1,6 @@
-"""The frontier job: discovered URLs and completions in; leases, index events and
-discovered URLs (redirect targets, robots.txt sitemaps) out. Thread mode.
+"""The frontier job: discovered URLs, completions and (read back) its own index events
+in; leases, index events and discovered URLs (redirect targets, robots.txt sitemaps)
+out. Thread mode.
 
     python -m jobs.frontier [--config FILE] [--set KEY=VALUE ...] [--bounded]
     flink run -py jobs/frontier.py -pyfs udfs,schemas -- --set ...
@@ -49,7 +50,11 @@ def main(argv: Sequence[str] | None = None) -> None:
                               ingestion_time=True)
     completions = kafka.source(cfg.topic("completions"), "frontier", bounded=args.bounded,
                                ingestion_time=True)
-    records = discovered.union(completions) \
+    # The index topic read back: its duplicate flags reach the URL's owner (committed
+    # events only, so this feedback is exactly as durable as the index).
+    feedback = kafka.source(cfg.topic("index"), "frontier", bounded=args.bounded,
+                            ingestion_time=True)
+    records = discovered.union(completions, feedback) \
         .process(Intake(dict(cfg.data)),
                  output_type=HOST_INPUT).uid("frontier-intake").name("decode and normalize")
     # The crawl clock: its watermark fires the hosts' event-time timers even when no

@@ -175,6 +175,8 @@ _RULES: dict[str, Callable[[Any], str | None]] = {
     "recrawl.seed_priority": _between(0, 1),
     "recrawl.link_priority": _between(0, 1),
     "recrawl.depth_decay": _between(0, 1),
+    "recrawl.duplicate_interval_factor": _between(1, 100),
+    "recrawl.duplicate_host_share": _between(0.01, 1),
     "traps.max_depth": _between(0, 1000),
     "traps.max_url_length": _between(64, 65536),
     "traps.max_query_params": _between(0, 1000),

@@ -88,8 +88,8 @@ async def process_lease(lease: dict[str, Any], ctx: FetchContext
         for host_key, urls in group_by_host(e.url for e in result.entries).items():
             meta = {e.url: e for e in result.entries}
             discovered.append(_discovered(host_key, source, url, lease["depth"], now_ms, [
-                {"url": u, "lastmod_ms": meta[u].lastmod_ms, "priority": meta[u].priority}
-                for u in urls]))
+                {"url": u, "lastmod_ms": meta[u].lastmod_ms, "priority": meta[u].priority,
+                 "changefreq": meta[u].changefreq} for u in urls]))
         completion["links_count"] = len(result.entries)
         if result.errors:
             completion["error"] = "; ".join(result.errors)[:1000]

@@ -10,7 +10,7 @@ from typing import Any
 from udfs.core.addresses import AddressPolicy, url_address_refusal
 from udfs.core.frontier import FetchResult, Kind, Lease, Outcome, UrlState
 from udfs.core.parse import group_by_host
-from udfs.core.recrawl import Change
+from udfs.core.recrawl import Change, Dup
 from udfs.core.urls import UrlPolicy, normalize_url, split_host_key
 
 # The sources that mark a URL as a sitemap file (read as a sitemap, not indexed): a
@@ -54,6 +54,20 @@ def index_event(u: UrlState, c: dict[str, Any], change: Change | None) -> dict[s
             "canonical_url": c["canonical_url"], "noindex": c["noindex"],
             "change": (change or Change.CHANGED).value, "duplicate_of": None,
             "near_duplicate_of": None}
+
+
+def duplicate_feedback(event: dict[str, Any]) -> dict[str, Any] | None:
+    """What an index event read back from the index topic tells its URL's owner: that
+    the page duplicates another URL's (exact or near), and whether it was a new page;
+    None for a page that duplicates nothing."""
+    if event["duplicate_of"] is not None:
+        dup = Dup.EXACT
+    elif event["near_duplicate_of"] is not None:
+        dup = Dup.NEAR
+    else:
+        return None
+    return {"url_id": event["url_id"], "url_version": event["url_version"],
+            "dup": int(dup), "new_page": event["change"] == Change.NEW.value}
 
 
 def discovered_records(found: list[tuple[str, int, int, str]], parent: str | None,
@@ -106,5 +120,6 @@ def intake(record: dict[str, Any], url_policy: UrlPolicy | None = None,
         groups.setdefault(split_host_key(url)[0], []).append({
             "url": url, "depth": record["depth"], "redirect_hops": record["redirect_hops"],
             "priority": link["priority"], "is_seed": record["source"] in SEED_SOURCES,
-            "kind": kind})
+            "kind": kind, "lastmod": None if link["lastmod_ms"] is None else
+            link["lastmod_ms"] / 1000.0, "changefreq": link.get("changefreq")})
     return out

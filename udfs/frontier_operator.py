@@ -1,7 +1,8 @@
 """Flink shell of the frontier: adapts `HostFrontier` to keyed state and timers.
 
-`Intake` (not keyed) decodes discovered URLs and completions, normalizes and
-regroups links by their real host_key, and dead-letters what it cannot read.
+`Intake` (not keyed) decodes discovered URLs, completions and index events (read
+back for their duplicate flags), normalizes and regroups links by their real
+host_key, and dead-letters what it cannot read.
 `FrontierFunction` (keyed by host_key, thread mode) keeps each host's state in
 Flink keyed state — the host's fields in one value, its URLs in a map (a big
 host: a resident window plus a cold queue) — with a cache of live `HostFrontier`
@@ -33,11 +34,13 @@ from udfs.config import Config
 from udfs.core.addresses import AddressPolicy
 from udfs.core.fingerprints import band_keys, from_signed64, hamming
 from udfs.core.frontier import Acceptance, FrontierConfig, HostFrontier
+from udfs.core.recrawl import Dup
 from udfs.core.traps import DailyBudget
 from udfs.core.urls import UrlPolicy, split_host_key
 from udfs.deadletter import dead_letter
 from udfs.frontier_io import (
     discovered_records,
+    duplicate_feedback,
     fetch_result,
     index_event,
     intake,
@@ -100,6 +103,7 @@ class Intake(ProcessFunction):
         cfg = Config(self.cfg_data)
         self.discovered_topic = cfg.topic("discovered")
         self.completions_topic = cfg.topic("completions")
+        self.index_topic = cfg.topic("index")
         self.url_policy = UrlPolicy.from_names(cfg["urls.drop_query_params"])
         self.address_policy = AddressPolicy.from_networks(cfg["fetch.allowed_networks"])
         self.reg = registry()
@@ -115,7 +119,8 @@ class Intake(ProcessFunction):
 
     def process_element(self, row, ctx):
         topic = row[2]
-        schema = "discovered" if topic == self.discovered_topic else "completion"
+        schema = {self.discovered_topic: "discovered",
+                  self.index_topic: "index_event"}.get(topic, "completion")
         try:
             record = self.reg.decode(schema, bytes(row[1]))
         except AvroDecodeError as exc:
@@ -123,6 +128,11 @@ class Intake(ProcessFunction):
             return
         if schema == "completion":
             yield Row(record["host_key"], "C", pickle.dumps(record))
+            return
+        if schema == "index_event":  # the index's duplicate checks, back to the URL's owner
+            feedback = duplicate_feedback(record)
+            if feedback is not None:
+                yield Row(record["host_key"], "F", pickle.dumps(feedback))
             return
         found = intake(record, self.url_policy, self.address_policy)
         for host_key, links in found.groups.items():
@@ -228,7 +238,11 @@ class FrontierFunction(KeyedProcessFunction):
             for link in payload:
                 h.discover(link["url"], now, depth=link["depth"], priority=link["priority"],
                            is_seed=link["is_seed"], redirect_hops=link["redirect_hops"],
-                           kind=link["kind"], checked=True)
+                           kind=link["kind"], checked=True, lastmod=link.get("lastmod"),
+                           changefreq=link.get("changefreq"))
+        elif row[1] == "F":
+            h.duplicate(payload["url_id"], payload["url_version"], Dup(payload["dup"]),
+                        payload["new_page"], now)
         else:
             completion = payload
             result = h.complete(fetch_result(completion), now)
@@ -279,7 +293,8 @@ class NearDuplicateBand(KeyedProcessFunction):
     """One SimHash band (Manku et al.): keyed by the band's value, it remembers the
     fingerprints seen with that value and flags the event near_duplicate_of the first
     within Hamming distance k. The k + 1 bands run one after another; together they see
-    every pair within distance k. The flag lowers nothing here and never drops links."""
+    every pair within distance k. The flag never drops links; the frontier reads it back
+    from the index topic and spaces out the page's revisits (HostFrontier.duplicate)."""
 
     def __init__(self, band: int, k: int = 3, max_bucket: int = 1000) -> None:
         self.band, self.k, self.max_bucket = band, k, max_bucket

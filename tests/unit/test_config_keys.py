@@ -514,7 +514,8 @@ class FrontierJob:
     the job's feedback loop (its discovered output is its discovered input)."""
 
     def __init__(self, cfg: Config, world: World, respond=answer_ok, robots=None,
-                 parallelism: int = 1, lookahead: bool = False) -> None:
+                 parallelism: int = 1, lookahead: bool = False,
+                 duplicates: frozenset[str] = frozenset()) -> None:
         from udfs.avro import registry
         from udfs.frontier_operator import FrontierFunction, Intake
 
@@ -531,6 +532,9 @@ class FrontierJob:
         self.reg = registry()
         self.topics = {k: cfg.topic(k) for k in TOPIC_KEYS}
         self.respond, self.robots = respond, robots or robots_with(ROBOTS_OK)
+        # Pages the index's duplicate check flags: their index events come back through
+        # the index topic as the job reads it (with the next completion, as a commit would).
+        self.duplicates = duplicates
         self.now, self.key = T0, None
         self.timers: set[tuple[int, str]] = set()
         self.events: list[tuple[float, int, dict]] = []
@@ -576,12 +580,18 @@ class FrontierJob:
             self._collect(self.fn.process_element(out, self.ctx))
 
     def _collect(self, outputs) -> None:
-        from udfs.frontier_operator import DISCOVERED
+        from udfs.frontier_operator import DISCOVERED, INDEX
 
         for out in outputs:
             if isinstance(out, tuple):  # a side output
                 if out[0] == DISCOVERED:  # written to crawl.discovered, read back
                     self._send("discovered", bytes(out[1][0]), bytes(out[1][1]))
+                elif out[0] == INDEX:
+                    event = pickle.loads(out[1][1])
+                    if event["url"] in self.duplicates:
+                        event["duplicate_of"] = "0000000000000000"
+                        self._send("index", event["url_id"].encode(),
+                                   self.reg.encode("index_event", event))
                 continue
             lease = self.reg.decode("lease", bytes(out[1]))
             self.leases.append(lease)
@@ -634,8 +644,10 @@ class FrontierJob:
 
 
 def crawl(cfg: Config, world: World, records: list[dict], until_s: float,
-          respond=answer_ok, robots=None, lookahead: bool = False) -> FrontierJob:
-    job = FrontierJob(cfg, world, respond, robots, lookahead=lookahead)
+          respond=answer_ok, robots=None, lookahead: bool = False,
+          duplicates: frozenset[str] = frozenset()) -> FrontierJob:
+    job = FrontierJob(cfg, world, respond, robots, lookahead=lookahead,
+                      duplicates=duplicates)
     with job.clock():
         for rec in records:
             job.discover(**rec)
@@ -901,18 +913,27 @@ def p_live_hosts(cfg, w):
 
 
 def revisits(source: str, depth: int = 0, priority: float | None = None, until_days: float = 3,
-             answer: Callable[[int], Answer] = lambda n: Answer()):
-    """Days between the leases of one URL answered by `answer(n)` (n: its n-th answer)."""
+             answer: Callable[[int], Answer] = lambda n: Answer(), duplicate: bool = False,
+             duplicate_siblings: int = 0):
+    """Days between the leases of one URL answered by `answer(n)` (n: its n-th answer);
+    `duplicate`: the index flags it a duplicate of another URL's page;
+    `duplicate_siblings`: that many other pages of its host are flagged so."""
     def probe(cfg, w):
         url = H + "/r"
+        siblings = [f"/d{i}" for i in range(duplicate_siblings)]
 
         def respond(lease, job):
             return answer(len(job.grants(lease["url"])) - 1)
-        job = crawl(cfg, w, [seeds("/r", source=source, depth=depth, priority=priority)],
-                    until_days * DAY, respond)
+        job = crawl(cfg, w, [seeds(*siblings, "/r", source=source, depth=depth,
+                                   priority=priority)],
+                    until_days * DAY, respond,
+                    duplicates=frozenset({H + p for p in siblings} |
+                                         ({url} if duplicate else set())))
         return gaps([t / DAY for t in job.grants(url)], 2)
     probe.__doc__ = (f"Days between revisits of a {source} URL (depth {depth}, priority "
-                     f"hint {priority}) within {until_days} days.")
+                     f"hint {priority}{', a duplicate' if duplicate else ''}, "
+                     f"{duplicate_siblings} duplicate pages on its host) within "
+                     f"{until_days} days.")
     return probe
 
 
@@ -1519,6 +1540,14 @@ EFFECTS: dict[str, Effect] = {
                                     lambda d, c, ch: (d, c) == ([], [1.0, 1.0])),
     "recrawl.depth_decay": Effect(revisits("SITEMAP", 2, 1.0, until_days=3), 0.5,
                                   lambda d, c, ch: (d, c) == ([1.0, 1.0], [])),
+    "recrawl.learned_priority": Effect(revisits("SEED", until_days=9, duplicate=True), False,
+                                       lambda d, c, ch: (d, c[:2]) == ([4.0, 4.0], [1.0, 1.0])),
+    "recrawl.duplicate_interval_factor": Effect(
+        revisits("SEED", until_days=9, duplicate=True), 2.0,
+        lambda d, c, ch: (d, c) == ([4.0, 4.0], [2.0, 2.0, 2.0, 2.0])),
+    "recrawl.duplicate_host_share": Effect(
+        revisits("SEED", until_days=9, duplicate_siblings=20), 1.0,
+        lambda d, c, ch: d[-1] == 4.0 and set(c) == {1.0}),
     # traps
     "traps.max_depth": Effect(leased_of(seeds("/"), seeds("/deep", source="LINK", depth=3)), 2,
                               lambda d, c, ch: (d, c) == (["/", "/deep"], ["/"])),

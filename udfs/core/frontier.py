@@ -41,12 +41,18 @@ from udfs.core.politeness import (
     recover_allowance,
 )
 from udfs.core.recrawl import (
+    DUP_SHARE_WEIGHT,
     Change,
+    Dup,
     RecrawlPolicy,
     classify_change,
     discovery_priority,
-    initial_interval,
+    hinted_interval,
     next_interval,
+    queue_priority,
+    revisit_after,
+    sitemap_says_changed,
+    updated_dup_share,
 )
 from udfs.core.robots import (
     RobotsFetch,
@@ -168,6 +174,7 @@ class UrlState:
     park_reason: str | None = None
     lease_id: str | None = None
     token: int = 0  # identifies the URL's live queue entry
+    dup: int = 0  # a recrawl.Dup: what the index's duplicate checks said of its last copy
 
 
 @dataclass(frozen=True, slots=True)
@@ -270,6 +277,7 @@ class HostFrontier:
         self.backoff_until = 0.0
         self.backoff_exponent = 0
         self.allowance = 1.0
+        self.dup_share = 0.0  # of its recent new pages, the share that were duplicates
         self.in_flight: dict[str, Lease] = {}
         self.budget = DailyBudget()
         self.templates = TemplateBudget()
@@ -336,7 +344,14 @@ class HostFrontier:
             when, seq, url_id = heapq.heappop(due)
             u = self._live(seq, url_id)
             if u is not None:
-                heapq.heappush(self._ready, (-u.priority, when, u.depth, seq, url_id))
+                heapq.heappush(self._ready, (-self.score(u), when, u.depth, seq, url_id))
+
+    def score(self, u: UrlState) -> float:
+        """The URL's place in the host's queue: see recrawl.queue_priority."""
+        return queue_priority(u.priority, u.interval_s, fetched=u.last_fetch_at is not None,
+                              failures=u.failure_count,
+                              tombstone=u.status is UrlStatus.TOMBSTONE, dup=Dup(u.dup),
+                              policy=self.cfg.recrawl)
 
     def _pop_ready(self, now: float) -> UrlState | None:
         self._promote(now)
@@ -466,17 +481,25 @@ class HostFrontier:
 
     def discover(self, url: str, now: float, *, depth: int = 0, priority: float | None = None,
                  is_seed: bool = False, redirect_hops: int = 0, checked: bool = False,
-                 kind: Kind = Kind.PAGE) -> Admission:
+                 kind: Kind = Kind.PAGE, lastmod: float | None = None,
+                 changefreq: str | None = None) -> Admission:
         """Admit a normalized URL of this host, unless known or refused by a trap rule.
 
-        `checked` says the caller already routed the URL by its host_key."""
+        `checked` says the caller already routed the URL by its host_key. A sitemap's
+        `lastmod` (seconds) newer than a known URL's last fetch makes it due now; its
+        `changefreq` sets a new URL's first revisit interval."""
         if not checked and split_host_key(url)[0] != self.host_key:
             raise ValueError(f"{url} does not belong to {self.host_key}")
         uid, known = self.find(url)
         if known is not None:
-            if priority is not None and priority > known.priority and uid in self.urls:
-                known.priority = priority  # (a cold URL keeps its priority until loaded)
+            resident = uid in self.urls  # (a cold URL is left as it is until loaded)
+            if priority is not None and priority > known.priority and resident:
+                known.priority = priority
                 self._dirty.add(uid)
+            if resident and sitemap_says_changed(lastmod, known.last_fetch_at) and \
+                    known.status is not UrlStatus.LEASED and known.next_fetch_at > now:
+                self._count("sitemap_changed_due")
+                self._enqueue(known, now)
             return Admission(False, uid, "known")
         reason = check_url(url, depth, self.cfg.traps)
         if reason is None and redirect_hops > self.cfg.max_redirect_hops:
@@ -488,7 +511,7 @@ class HostFrontier:
             return Admission(False, None, str(reason))
         value = discovery_priority(priority, depth, is_seed, self.cfg.recrawl)
         u = UrlState(uid, url, priority=value, depth=depth, redirect_hops=redirect_hops,
-                     kind=kind, interval_s=initial_interval(value, self.cfg.recrawl))
+                     kind=kind, interval_s=hinted_interval(changefreq, value, self.cfg.recrawl))
         if self.cold is not None and len(self.urls) >= self.cfg.max_resident_urls:
             self._go_big()
             u.next_fetch_at = now
@@ -712,6 +735,28 @@ class HostFrontier:
         self._maybe_spill(u, now)
         return out
 
+    def duplicate(self, url_id: str, url_version: int, dup: Dup, new_page: bool,
+                  now: float) -> bool:
+        """The index found the URL's copy of `url_version` to duplicate another URL's
+        (exact or near): its revisits are spaced out and its place in the queue lowered;
+        a new page counts toward the host's duplicate share. Its links were followed
+        already. False when nothing changed (an unknown or cold URL, an older round, a
+        repeated answer)."""
+        u = self.urls.get(url_id)
+        if u is None or url_version < u.accepted_version or u.dup == dup:
+            return False
+        self._dirty.add(url_id)
+        u.dup = dup
+        if new_page:  # it counted as not a duplicate at its completion: correct that
+            self.dup_share = min(1.0, self.dup_share + DUP_SHARE_WEIGHT)
+        self._count("duplicates_reported")
+        if u.status is UrlStatus.FETCHED and u.last_fetch_at is not None:
+            later = u.last_fetch_at + revisit_after(u.interval_s, dup, self.dup_share,
+                                                    self.cfg.recrawl)
+            if later > u.next_fetch_at:
+                self._enqueue(u, later)
+        return True
+
     def _not_sent(self, r: FetchResult, now: float) -> CompletionResult:
         """The fetcher did not send the lease (and knows no one did): take it back, the URL
         to the queue with its attempt unspent; the host was not contacted."""
@@ -809,7 +854,13 @@ class HostFrontier:
             u.last_fetch_at, u.failure_count, u.park_reason = now, 0, None
             u.interval_s = next_interval(u.interval_s, change, u.priority, rc) \
                 if change is not Change.NEW else u.interval_s
-            self._schedule(u, now, UrlStatus.FETCHED, u.interval_s)
+            if change is Change.NEW and out.index:
+                # A new page; the index's duplicate checks answer later (`duplicate`).
+                self.dup_share = updated_dup_share(self.dup_share, False)
+            elif change is Change.CHANGED:
+                u.dup = Dup.NONE  # new text: a duplicate only if the index says so again
+            self._schedule(u, now, UrlStatus.FETCHED,
+                           revisit_after(u.interval_s, Dup(u.dup), self.dup_share, rc))
         elif r.outcome is Outcome.REDIRECT:
             u.last_fetch_at, u.failure_count = now, 0
             hops = u.redirect_hops + 1
@@ -858,6 +909,7 @@ class HostFrontier:
             "plan_at": self.plan_at, "heads_only": self.heads_only,
             "throttles": self.throttles, "last_duration_s": self.last_duration_s,
             "backoff_exponent": self.backoff_exponent, "allowance": self.allowance,
+            "dup_share": self.dup_share,
             "in_flight": {k: _fields_of(v) for k, v in self.in_flight.items()},
             "budget": _fields_of(self.budget),
             "templates": {"day": self.templates.day, "counts": dict(self.templates.counts)},
@@ -912,6 +964,7 @@ class HostFrontier:
         h.plan_at, h.heads_only = snap["plan_at"], snap["heads_only"]
         h.throttles, h.last_duration_s = snap["throttles"], snap["last_duration_s"]
         h.backoff_exponent, h.allowance = snap["backoff_exponent"], snap["allowance"]
+        h.dup_share = snap["dup_share"]
         h.in_flight = {k: _from_fields(Lease, v, added, "in_flight")
                        for k, v in snap["in_flight"].items()}
         h.budget = replace(_from_fields(DailyBudget, snap["budget"], added, "budget"))
@@ -1052,6 +1105,10 @@ URL_LAYOUTS: dict[int, tuple[str, ...]] = {
         "next_fetch_at", "last_fetch_at", "interval_s", "priority", "depth",
         "redirect_hops", "kind", "etag", "last_modified", "content_hash", "text_hash",
         "failure_count", "park_reason", "lease_id", "token"),
+    2: ("url_id", "url", "version", "accepted_version", "status", "attempt", "relet",
+        "next_fetch_at", "last_fetch_at", "interval_s", "priority", "depth",
+        "redirect_hops", "kind", "etag", "last_modified", "content_hash", "text_hash",
+        "failure_count", "park_reason", "lease_id", "token", "dup"),
 }
 URL_LAYOUT = max(URL_LAYOUTS)
 if URL_LAYOUTS[URL_LAYOUT] != URL_FIELD_NAMES:  # pragma: no cover - a developer's slip
@@ -1143,7 +1200,7 @@ class Frontier:
         h = self.host(split_host_key(url)[0])
         result = h.discover(url, now, checked=True, **kw)
         self._touched.add(h.host_key)
-        if result.accepted:
+        if result.accepted or kw.get("lastmod") is not None:  # (a sitemap can make it due)
             self._reschedule(h, now, earlier_only=True)
         return result
 
@@ -1167,6 +1224,14 @@ class Frontier:
         out = h.complete(r, now)
         self._reschedule(h, now)
         return out
+
+    def duplicate(self, host_key: str, url_id: str, url_version: int, dup: Dup,
+                  new_page: bool, now: float) -> bool:
+        h = self.hosts[host_key]
+        changed = h.duplicate(url_id, url_version, dup, new_page, now)
+        self._touched.add(host_key)
+        self._reschedule(h, now)
+        return changed
 
     def next_wake(self) -> float | None:
         while self._heap and self._wake.get(self._heap[0][2]) != self._heap[0][1]:
