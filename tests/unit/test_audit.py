@@ -7,6 +7,7 @@ import copy
 import datetime as dt
 import gzip
 import json
+import os
 import random
 
 import pytest
@@ -300,3 +301,34 @@ def test_the_buffer_waits_in_state_until_it_is_full_or_due(tmp_path):
     task.read(log[6])  # written when full; its timer, when it fires, finds nothing to do
     task.advance(10_000)
     assert len(trail(tmp_path)) == 7
+
+
+# -- crawl audit --------------------------------------------------------------------------
+
+
+def test_crawl_audit_prints_the_history_of_the_normalized_url(tmp_path, capsys, monkeypatch):
+    import time
+
+    from crawler.cli import main
+
+    for name in list(os.environ):
+        if name.startswith("CRAWL__") or name == "CRAWL_CONFIG":
+            monkeypatch.delenv(name)
+    store = LocalStore(tmp_path / "objects")
+    now_ms = int(time.time() * 1000)
+    records = [rec(1, now_ms - 3 * DAY_MS), rec(2, now_ms - 1000),
+               rec(3, now_ms - 500, url="https://example.com/b")]
+    for name, data in audit_objects(records):
+        store.put_object(name, data)
+    args = ["--set", f"storage.local_dir={tmp_path / 'objects'}"]
+    # Normalized as the frontier does: case, default port, fragment, a tracking parameter.
+    assert main(["audit", "HTTPS://Example.COM:443/a?utm_source=x#top", *args]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == "https://example.com/a: 2 fetches recorded"
+    assert len(out) == 3 and all("OK  200" in line for line in out[1:])
+    assert main(["audit", "https://example.com/a", "--days", "2", "--json", *args]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["url"] == "https://example.com/a"
+    assert [f["offset"] for f in doc["fetches"]] == [2]
+    assert main(["audit", "https://example.com/never", *args]) == 1
+    assert capsys.readouterr().out == "https://example.com/never: 0 fetches recorded\n"
