@@ -72,7 +72,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     # completions topic (udfs/audit_operator.py; imported here to keep this branch whole).
     from udfs.audit_operator import audit_trail
 
-    audit_trail(completions, cfg)
+    audit_trail(completions, kafka, cfg)
 
     # Leases and the URLs the frontier found itself go out at once (at-least-once): a
     # lease from an epoch a restore forgets is harmless (the fetcher paces the host by

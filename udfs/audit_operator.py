@@ -6,6 +6,9 @@ buffers audit records in keyed state (a map by offset, with the buffer's size an
 deadline beside it) and writes the buffer as objects — one per UTC day of fetch —
 when it holds audit.flush_records records, or audit.flush_s seconds after its first
 record arrived (a processing-time timer), whichever comes first; then clears it.
+Its second input, a tick a second (`KafkaIO.ticks`), carries nothing: it keeps the
+task running when the completions source ends (a `--bounded` run), since Flink drops
+the pending processing-time timers, and the state, of a task whose inputs all ended.
 
 Why no audit entry is lost or counted twice:
 
@@ -28,13 +31,17 @@ Why no audit entry is lost or counted twice:
 * An unreadable record is not audited here: the frontier's intake sends it whole to
   the dead-letter topic, which is never dropped.
 
-At a job's end (cancel, stop with a savepoint, a crash) the buffer — at most
-audit.flush_records records, at most audit.flush_s seconds old — stays in the last
-checkpoint or savepoint, with the Kafka offsets past it; the restart from there,
-which the frontier's own state needs anyway, restores it and its timer fires. A job
-started afresh without its state does not: never start the frontier job so. A bounded
-test run (`--bounded`) keeps running on the crawl clock, so the timer fires; a test
-that stops it early sets audit.flush_records=1.
+At a job's end (cancel, a crash, `flink stop --savepointPath` as `crawl upgrade` does)
+the buffer — at most audit.flush_records records, at most audit.flush_s seconds old —
+stays in the last checkpoint or savepoint, with the Kafka offsets before it; the
+restart from there, which the frontier's own state needs anyway, restores it and its
+timer fires. Not so for a job started afresh without its state (never start the
+frontier so), nor for `flink stop --drain`: draining ends every input, and Flink then
+drops the pending timers and the state of the finished task, so the buffer is lost
+(the completions topic still holds those records until its retention passes). A
+bounded run (`--bounded`, tests) keeps its audit task alive on the ticks, so every
+buffer is written within audit.flush_s while the job runs; a test that stops the job
+sooner sets audit.flush_records=1.
 """
 
 from __future__ import annotations
@@ -44,12 +51,13 @@ import pickle
 from typing import Any
 
 from pyflink.common import Types
-from pyflink.datastream import DataStream, KeyedProcessFunction
+from pyflink.datastream import DataStream, KeyedCoProcessFunction
 from pyflink.datastream.state import MapStateDescriptor, ValueStateDescriptor
 
 from udfs.avro import AvroDecodeError, registry
 from udfs.config import Config
 from udfs.core.audit import audit_objects, audit_record
+from udfs.runtime import KafkaIO
 
 log = logging.getLogger(__name__)
 
@@ -59,8 +67,9 @@ def partition_key(row: Any) -> str:
     return f"{row[2]}#{row[3]}"
 
 
-class AuditWriter(KeyedProcessFunction):
-    """Keyed by "topic#partition": buffers the partition's audit records, writes them."""
+class AuditWriter(KeyedCoProcessFunction):
+    """Keyed by "topic#partition": buffers the partition's audit records, writes them.
+    Input 1: Kafka rows of the completions topic; input 2: ticks (ignored)."""
 
     def __init__(self, cfg_data: dict[str, Any]) -> None:
         self.cfg_data = cfg_data
@@ -84,8 +93,8 @@ class AuditWriter(KeyedProcessFunction):
         self.objects_written = metrics.counter("audit_objects_written")
         self.unreadable = metrics.counter("audit_unreadable_completions")
 
-    # No output: both return None, which Flink reads as no records.
-    def process_element(self, row, ctx) -> None:
+    # No output: each returns None, which Flink reads as no records.
+    def process_element1(self, row, ctx) -> None:
         try:
             completion = self.reg.decode("completion", bytes(row[1]))
         except AvroDecodeError:
@@ -103,6 +112,9 @@ class AuditWriter(KeyedProcessFunction):
             due = timers.current_processing_time() + self.flush_ms
             timers.register_processing_time_timer(due)
         self.meta.update((count, due))
+
+    def process_element2(self, tick, ctx) -> None:
+        pass
 
     def on_timer(self, timestamp: int, ctx) -> None:
         meta = self.meta.value()
@@ -122,8 +134,9 @@ class AuditWriter(KeyedProcessFunction):
         self.meta.clear()
 
 
-def audit_trail(completions: DataStream, cfg: Config) -> DataStream:
+def audit_trail(completions: DataStream, kafka: KafkaIO, cfg: Config) -> DataStream:
     """The audit branch of the frontier job: Kafka rows of the completions topic in."""
-    return completions.key_by(partition_key, key_type=Types.STRING()) \
+    return completions.connect(kafka.ticks()) \
+        .key_by(partition_key, lambda _: "", key_type=Types.STRING()) \
         .process(AuditWriter(dict(cfg.data))).uid("frontier-audit-trail") \
         .name("fetch audit trail")

@@ -218,7 +218,7 @@ class Task:
 
     def read(self, row):
         self.key = self.partition_key(row)
-        self.fn.process_element(row, self)
+        self.fn.process_element1(row, self)
 
     def advance(self, ms):
         until = self.now_ms + ms

@@ -795,8 +795,8 @@ class AuditJob:
 
         rec = {**load_examples(self.reg.latest("completion"))[0], "url": url,
                "fetched_at_ms": self.now_ms}
-        self.fn.process_element(Row(b"k", self.reg.encode("completion", rec),
-                                    "crawl.completions", 0, self.offset), self)
+        self.fn.process_element1(Row(b"k", self.reg.encode("completion", rec),
+                                     "crawl.completions", 0, self.offset), self)
         self.offset += 1
 
     def advance(self, seconds: float) -> None:
