@@ -458,12 +458,20 @@ def _cmd_audit(args: argparse.Namespace) -> int:
     url = normalize_url(args.url, policy=UrlPolicy.from_names(cfg["urls.drop_query_params"]))
     store = open_store(cfg)
     prefixes = day_prefixes(time.time(), args.days) if args.days else [PREFIX]
-    found = history((store.get_object(k) for p in prefixes for k in store.list_objects(p)),
-                    url)
+    try:
+        found = history((store.get_object(k) for p in prefixes for k in store.list_objects(p)),
+                        url)
+    except Exception as exc:  # storage unreachable, no bucket, no permission: one line
+        where = f"s3://{cfg['s3.bucket']}" if cfg["storage.backend"] == "s3" else \
+            cfg["storage.local_dir"]
+        print(f"crawl audit: cannot read the audit trail in {where}: "
+              f"{_one_line(str(exc))}", file=sys.stderr)
+        return 1
     if args.json:
         print(json.dumps({"url": url, "fetches": found}, indent=1))
     else:
-        since = f" in the last {args.days} days" if args.days else ""
+        since = "" if not args.days else " in the last day" if args.days == 1 else \
+            f" in the last {args.days} days"
         print(f"{url}: {len(found)} fetch{'es' if len(found) != 1 else ''} recorded{since}")
         for f in found:
             print("  " + describe(f))

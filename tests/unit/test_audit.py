@@ -332,3 +332,18 @@ def test_crawl_audit_prints_the_history_of_the_normalized_url(tmp_path, capsys, 
     assert [f["offset"] for f in doc["fetches"]] == [2]
     assert main(["audit", "https://example.com/never", *args]) == 1
     assert capsys.readouterr().out == "https://example.com/never: 0 fetches recorded\n"
+
+
+def test_crawl_audit_says_in_one_line_when_storage_cannot_be_read(capsys, monkeypatch):
+    from crawler.cli import main
+
+    for name in list(os.environ):
+        if name.startswith("CRAWL__") or name == "CRAWL_CONFIG":
+            monkeypatch.delenv(name)
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    # Nothing listens on this loopback port: the S3 client's connection is refused.
+    assert main(["audit", "https://example.com/", "--set", "storage.backend=s3",
+                 "--set", "s3.endpoint_url=http://127.0.0.1:9"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("crawl audit: cannot read the audit trail in s3://crawl: ")
+    assert len(err.splitlines()) == 1

@@ -6,7 +6,7 @@ a Config that runs the real consumer and returns what it observed —
 
 * the frontier job's operators (`Intake` and `FrontierFunction`, taken from the graph
   jobs/frontier.py builds) driven on a virtual clock, keyed state in dicts, timers fired
-  in order, answers fed back as completions;
+  in order, answers fed back as completions; its `AuditWriter` the same way;
 * the fetcher job's `FetchFunction` (from jobs/fetcher.py) against an HTTP server, a DNS
   server and a never-accepting socket, all on 127.0.0.1;
 * both jobs' `main()` with the Flink configuration `udfs.runtime.make_env` really builds
