@@ -34,6 +34,7 @@ examples:
   crawl run --seeds my-seeds.txt --sitemaps my-sitemaps.txt
   crawl seed https://example.com/ --set kafka.bootstrap_servers=broker:9092
   crawl seed --sitemap https://example.com/sitemap.xml
+  crawl audit https://example.com/ --days 7   what happened to this URL
   crawl schemas                  schema compatibility and the published-version lock
   crawl cluster up               a Flink session cluster on loopback
   crawl submit frontier          run a job on it; then savepoint / upgrade / rescale it
@@ -257,6 +258,13 @@ def _check_run(args: argparse.Namespace) -> str | None:
             or check_state_dir("--state-dir", args.state_dir))
 
 
+def _check_audit(args: argparse.Namespace) -> str | None:
+    # --days lists one storage prefix a day: past ten years, read everything (no --days).
+    if args.days is not None and args.days > 3660:
+        return f"--days {args.days}: must be at most 3660 (leave it out to read every day)"
+    return check_url("URL", args.url) or check_at_least("--days", args.days, 1)
+
+
 def _check_plan(args: argparse.Namespace) -> str | None:
     return check_assumptions("--assumptions", args.assumptions)
 
@@ -436,6 +444,40 @@ def _cmd_seed(args: argparse.Namespace) -> int:
     return 0 if sent or sent_maps else 1
 
 
+def _cmd_audit(args: argparse.Namespace) -> int:
+    """A URL's fetch history from the audit trail in object storage (never from Kafka)."""
+    import json
+    import time
+
+    from udfs.core.audit import PREFIX, day_prefixes, describe, history
+    from udfs.core.urls import UrlPolicy, normalize_url
+    from udfs.storage import open_store
+
+    cfg = load_config(args.config, overrides=args.set)
+    # The URL as the frontier leased it: normalized with the configured drop list.
+    url = normalize_url(args.url, policy=UrlPolicy.from_names(cfg["urls.drop_query_params"]))
+    store = open_store(cfg)
+    prefixes = day_prefixes(time.time(), args.days) if args.days else [PREFIX]
+    try:
+        found = history((store.get_object(k) for p in prefixes for k in store.list_objects(p)),
+                        url)
+    except Exception as exc:  # storage unreachable, no bucket, no permission: one line
+        where = f"s3://{cfg['s3.bucket']}" if cfg["storage.backend"] == "s3" else \
+            cfg["storage.local_dir"]
+        print(f"crawl audit: cannot read the audit trail in {where}: "
+              f"{_one_line(str(exc))}", file=sys.stderr)
+        return 1
+    if args.json:
+        print(json.dumps({"url": url, "fetches": found}, indent=1))
+    else:
+        since = "" if not args.days else " in the last day" if args.days == 1 else \
+            f" in the last {args.days} days"
+        print(f"{url}: {len(found)} fetch{'es' if len(found) != 1 else ''} recorded{since}")
+        for f in found:
+            print("  " + describe(f))
+    return 0 if found else 1
+
+
 def _cmd_run(args: argparse.Namespace) -> int:
     from crawler.run import run
 
@@ -570,6 +612,21 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--sites", type=int, default=8, help="synthetic web sites (default 8)")
     p.add_argument("--state-dir", metavar="DIR", help="local stack folder")
     p.set_defaults(func=_cmd_run, check=_check_run)
+
+    p = command("audit", help="print a URL's fetch history from the audit trail",
+                description="Every recorded fetch of URL (normalized as the frontier "
+                "does), oldest first: time, kind, outcome, HTTP status, URL version, "
+                "attempt, lease, duration, body object, validators, error. Read from the "
+                "audit trail the frontier job writes to object storage (storage.backend), "
+                "so it works after the completions topic has expired. A completion "
+                "delivered more than once shows as one fetch with its delivery count. "
+                "Exit 1 when no fetch is recorded.")
+    p.add_argument("url", metavar="URL")
+    p.add_argument("--json", action="store_true",
+                   help="print {url, fetches: [audit records]} as JSON")
+    p.add_argument("--days", type=int, metavar="N",
+                   help="only the last N UTC days, today included (default: all)")
+    p.set_defaults(func=_cmd_audit, check=_check_audit)
 
     p = command("plan", help="print the capacity model derived from assumptions",
                 description="The design's arithmetic from a YAML of assumptions "

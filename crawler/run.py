@@ -327,7 +327,7 @@ def run(cfg_files: Sequence[str], overrides: Sequence[str], seeds_file: str | No
             where = cfg["storage.local_dir"] if cfg["storage.backend"] == "local" else \
                 "s3://" + cfg["s3.bucket"]
             print(f"output: topics {cfg.topic('index')} and {cfg.topic('deadletter')} on "
-                  f"{cfg['kafka.bootstrap_servers']}; raw pages under {where}; "
-                  f"job logs in {run_dir}", flush=True)
+                  f"{cfg['kafka.bootstrap_servers']}; raw pages and the fetch audit trail "
+                  f"under {where}; job logs in {run_dir}", flush=True)
         if started_stack:
             stack.down(log=lambda line: print(line, flush=True))

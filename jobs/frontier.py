@@ -73,6 +73,11 @@ def main(argv: Sequence[str] | None = None) -> None:
         index = index.key_by(lambda r: r[0], key_type=Types.STRING()) \
             .process(NearDuplicateBand(band), output_type=ROW_KEY_VALUE if last else INDEX_INPUT) \
             .uid(f"frontier-near-duplicates-{band}")
+    # The fetch audit trail: every completion into object storage, where it outlives the
+    # completions topic (udfs/audit_operator.py; imported here to keep this branch whole).
+    from udfs.audit_operator import audit_trail
+
+    audit_trail(completions, kafka, cfg)
 
     # Leases and the URLs the frontier found itself go out at once (at-least-once): a
     # lease from an epoch a restore forgets is harmless (the fetcher paces the host by

@@ -205,6 +205,9 @@ _RULES: dict[str, Callable[[Any], str | None]] = {
     "faults.crash_after_response": _regex,
     "faults.drop_completion": _regex,
     "faults.parse_delay_s": _between(0, 60),
+    "audit.flush_records": _between(1, 1_000_000),
+    # A buffer waits at most this long in state before it is written.
+    "audit.flush_s": _between(0.1, 86400),
     "storage.backend": _one_of("local", "s3"),
     "storage.local_dir": lambda v: None if v else "must not be empty",
     "s3.endpoint_url": _endpoint,

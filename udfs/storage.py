@@ -3,6 +3,10 @@
 A body is stored gzip-compressed under the SHA-256 of its (decompressed) bytes,
 so byte-identical pages share one object and writing the same content twice
 is harmless. Backends: a local directory (the default) and S3 (boto3).
+
+Both backends also store plain objects by name (`put_object`, `get_object`,
+`list_objects`): the fetch audit trail (udfs/core/audit.py) lives beside the bodies.
+A put replaces the object whole or not at all.
 """
 
 from __future__ import annotations
@@ -11,6 +15,7 @@ import gzip
 import hashlib
 import os
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -27,6 +32,15 @@ class ObjectStore(Protocol):
 
     def get_body(self, key: str) -> bytes:
         """The decompressed body stored under `key`."""
+
+    def put_object(self, key: str, data: bytes) -> None:
+        """Store `data` under `key` as it is, replacing any object of that name."""
+
+    def get_object(self, key: str) -> bytes:
+        """The bytes stored under `key`."""
+
+    def list_objects(self, prefix: str) -> Iterator[str]:
+        """The keys that start with `prefix`, in key order."""
 
 
 class LocalStore:
@@ -49,6 +63,28 @@ class LocalStore:
 
     def get_body(self, key: str) -> bytes:
         return gzip.decompress((self.root / key).read_bytes())
+
+    def put_object(self, key: str, data: bytes) -> None:
+        path = self.root / key
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())  # an audit object must outlive a machine crash too
+        os.replace(tmp, path)
+
+    def get_object(self, key: str) -> bytes:
+        return (self.root / key).read_bytes()
+
+    def list_objects(self, prefix: str) -> Iterator[str]:
+        # The deepest folder the prefix names, then a filter on the full key.
+        folder = self.root / prefix.rsplit("/", 1)[0] if "/" in prefix else self.root
+        if not folder.is_dir():
+            return iter(())
+        keys = (p.relative_to(self.root).as_posix() for p in folder.rglob("*")
+                if p.is_file() and not p.name.startswith(".tmp-"))
+        return iter(sorted(k for k in keys if k.startswith(prefix)))
 
 
 class S3Store:
@@ -74,6 +110,19 @@ class S3Store:
 
     def get_body(self, key: str) -> bytes:
         return gzip.decompress(self.client.get_object(Bucket=self.bucket, Key=key)["Body"].read())
+
+    def put_object(self, key: str, data: bytes) -> None:
+        self.client.put_object(Bucket=self.bucket, Key=key, Body=data)
+
+    def get_object(self, key: str) -> bytes:
+        return self.client.get_object(Bucket=self.bucket, Key=key)["Body"].read()
+
+    def list_objects(self, prefix: str) -> Iterator[str]:
+        pages = self.client.get_paginator("list_objects_v2").paginate(Bucket=self.bucket,
+                                                                      Prefix=prefix)
+        for page in pages:
+            for obj in page.get("Contents", []):
+                yield obj["Key"]
 
 
 def open_store(cfg: Config) -> ObjectStore:

@@ -20,6 +20,7 @@ import crawler.simulate
 import crawler.synthetic_web
 import udfs.avro
 import udfs.core.capacity
+import udfs.storage
 from crawler.cli import build_parser, main
 
 # What a command may start, by module attribute.
@@ -30,7 +31,7 @@ STARTERS = [
     (kafka, "KafkaProducer"), (kafka, "KafkaConsumer"), (kafka.admin, "KafkaAdminClient"),
     (subprocess, "Popen"), (subprocess, "run"), (crawler.synthetic_web, "SyntheticWeb"),
     (crawler.run, "run"), (crawler.run, "publish_seeds"), (crawler.simulate, "main_line"),
-    (udfs.core.capacity, "plan"), (udfs.avro, "check_registry"),
+    (udfs.core.capacity, "plan"), (udfs.avro, "check_registry"), (udfs.storage, "open_store"),
 ]
 
 
@@ -97,6 +98,11 @@ BAD = [
     (["topics", "list", "--set", "kafka.bootstrap_servers=nohost"], "kafka.bootstrap_servers"),
     (["config", "check", "--config", "{d}/bad.yaml"], "{d}/bad.yaml is not valid YAML"),
     (["--set", "no-equals-sign", "schemas"], "'no-equals-sign'"),
+    (["audit", "ftp://example.com/"], "URL ftp://example.com/: not an http(s) URL"),
+    (["audit", "example"], "URL example: not an http(s) URL"),
+    (["audit", "https://example.com/", "--days", "0"], "--days 0: must be at least 1"),
+    (["audit", "https://example.com/", "--days", "3661"], "--days 3661: must be at most"),
+    (["audit", "https://example.com/", "--set", "storage.backend=ftp"], "storage.backend"),
     (["plan", "--assumptions", "{d}/missing.yaml"], "--assumptions {d}/missing.yaml: no such"),
     (["plan", "--assumptions", "{d}/bad.yaml"], "--assumptions {d}/bad.yaml: not valid YAML"),
     (["plan", "--assumptions", "{d}/unknown.yaml"], "unknown assumptions ['nonsense']"),
@@ -189,5 +195,8 @@ def test_good_inputs_pass_the_checks_and_reach_the_tripwire(files, started):
         main(["rescale", "frontier", "2"])
     with pytest.raises(AssertionError, match="main_line"):
         main(["simulate", "--hosts", "1", "--fetches", "1", "--faults", "none"])
+    with pytest.raises(AssertionError, match="open_store"):
+        main(["audit", "https://example.com/", "--days", "3", "--json"])
     assert started == ["crawler.run.run", "crawler.run.publish_seeds",
-                       "crawler.cluster.Cluster", "crawler.simulate.main_line"]
+                       "crawler.cluster.Cluster", "crawler.simulate.main_line",
+                       "udfs.storage.open_store"]

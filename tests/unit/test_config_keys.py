@@ -6,7 +6,7 @@ a Config that runs the real consumer and returns what it observed —
 
 * the frontier job's operators (`Intake` and `FrontierFunction`, taken from the graph
   jobs/frontier.py builds) driven on a virtual clock, keyed state in dicts, timers fired
-  in order, answers fed back as completions;
+  in order, answers fed back as completions; its `AuditWriter` the same way;
 * the fetcher job's `FetchFunction` (from jobs/fetcher.py) against an HTTP server, a DNS
   server and a never-accepting socket, all on 127.0.0.1;
 * both jobs' `main()` with the Flink configuration `udfs.runtime.make_env` really builds
@@ -382,6 +382,9 @@ class _ValueState:
     def update(self, value) -> None:
         self.data[self.keys_.key] = pickle.dumps(value)
 
+    def clear(self) -> None:
+        self.data.pop(self.keys_.key, None)
+
 
 class _MapState:
     def __init__(self, keys) -> None:
@@ -408,6 +411,9 @@ class _MapState:
 
     def keys(self):
         return list(self._map())
+
+    def clear(self) -> None:
+        self.data.pop(self.keys_.key, None)
 
 
 class RuntimeContext:
@@ -761,6 +767,68 @@ def record_s3(client, log: list) -> None:
     client.meta.events.register("before-send.s3", before_send)
 
 
+# -- the frontier job's audit writer on a virtual clock -------------------------------------
+
+
+class AuditJob:
+    """The AuditWriter jobs/frontier.py puts in its graph, opened as a task would be, fed
+    completions of one Kafka partition on a virtual processing-time clock (it is also
+    the operator's context and timer service). An S3 store's requests are answered by
+    a recorder: nothing is sent."""
+
+    def __init__(self, cfg: Config, world: World) -> None:
+        from udfs.audit_operator import AuditWriter
+        from udfs.avro import registry
+
+        self.fn = run_job("frontier", cfg, world).function(AuditWriter)
+        self.reg = registry()
+        self.key, self.offset = "crawl.completions#0", 0
+        self.now_ms = int(T0 * 1000)
+        self.timers: set[int] = set()
+        self.s3: list[tuple[str, str, str]] = []
+        self.fn.open(RuntimeContext(self))
+        client = getattr(self.fn.store, "client", None)
+        if client is not None:
+            record_s3(client, self.s3)
+
+    def timer_service(self) -> AuditJob:
+        return self
+
+    def current_processing_time(self) -> int:
+        return self.now_ms
+
+    def register_processing_time_timer(self, ts: int) -> None:
+        self.timers.add(ts)
+
+    def send(self, url: str) -> None:
+        from pyflink.common import Row
+
+        from udfs.avro import load_examples
+
+        rec = {**load_examples(self.reg.latest("completion"))[0], "url": url,
+               "fetched_at_ms": self.now_ms}
+        self.fn.process_element1(Row(b"k", self.reg.encode("completion", rec),
+                                     "crawl.completions", 0, self.offset), self)
+        self.offset += 1
+
+    def advance(self, seconds: float) -> None:
+        """Fire the timers due within `seconds`, in order, then move the clock there."""
+        until = self.now_ms + int(seconds * 1000)
+        while self.timers and min(self.timers) <= until:
+            self.now_ms = min(self.timers)
+            self.timers.discard(self.now_ms)
+            self.fn.on_timer(self.now_ms, self)
+        self.now_ms = until
+
+
+def audit_counts(folder: Path) -> list[int]:
+    """Records in each audit object under `folder`, in name (offset) order."""
+    from udfs.core.audit import decode_records
+
+    return [len(decode_records(p.read_bytes()))
+            for p in sorted(folder.rglob("audit/**/*.jsonl.gz"))]
+
+
 DEFAULTS_FILE = load_defaults()
 HOLD_S = DEFAULTS_FILE["fetch"]["hold_s"]
 
@@ -1109,13 +1177,36 @@ def _clear(folder: str) -> None:
 
 
 def p_bodies(cfg, w):
-    """Where a fetched page's raw body goes: files under the working directory, or the
-    S3 requests the store sends (method and URL)."""
+    """Where a fetched page's raw body and a completion's audit record go: files under
+    the working directory, or the S3 requests each store sends (method and URL)."""
     job = FetcherJob(cfg, w)
     where = w.fresh_dir("bodies")
     fetch_once(cfg, w, w.url("/page"), job=job, cwd=where)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.chdir(where)
+        audit = AuditJob(cfg, w)
+        audit.send(w.url("/page"))
+        audit.advance(DEFAULTS_FILE["audit"]["flush_s"] + 1)
     files = sorted(str(p.relative_to(where)) for p in where.rglob("*.gz"))
-    return type(job.fn.store).__name__, files, [(m, u) for m, u, _ in job.s3]
+    return (type(job.fn.store).__name__, files, [(m, u) for m, u, _ in job.s3],
+            type(audit.fn.store).__name__, [(m, u) for m, u, _ in audit.s3])
+
+
+def p_audit_flushes(cfg, w):
+    """Records in each audit object the frontier job's AuditWriter has written: after
+    five completions of one partition a second apart, 25 s later, and 60 s after that."""
+    where = w.fresh_dir("audit")
+    seen = []
+    with pytest.MonkeyPatch.context() as mp:
+        mp.chdir(where)
+        job = AuditJob(cfg, w)
+        for i in range(5):
+            job.send(f"{H}/p{i}")
+            job.advance(1)
+        for step in (0, 25, 60):
+            job.advance(step)
+            seen.append(audit_counts(where))
+    return seen
 
 
 def p_s3(cfg, w):
@@ -1640,12 +1731,24 @@ EFFECTS: dict[str, Effect] = {
     # storage
     "storage.backend": Effect(
         p_bodies, "s3",
-        lambda d, c, ch: d[0] == "LocalStore" and c[0] == "S3Store" and not c[1]
-        and [m for m, _ in c[2]] == ["HEAD", "PUT"], base=tuple(LOOPBACK_NETS)),
-    "storage.local_dir": Effect(p_bodies, "bodies",
-                                lambda d, c, ch: d[1][0].startswith(".state/objects/raw/")
-                                and c[1][0].startswith("bodies/raw/"),
-                                base=tuple(LOOPBACK_NETS)),
+        lambda d, c, ch: d[0] == d[3] == "LocalStore" and c[0] == c[3] == "S3Store"
+        and not c[1] and [m for m, _ in c[2]] == ["HEAD", "PUT"]
+        and [m for m, _ in c[4]] == ["PUT"] and "/crawl/audit/day" in c[4][0][1],
+        "bodies and the audit trail go to S3", base=tuple(LOOPBACK_NETS)),
+    "storage.local_dir": Effect(
+        p_bodies, "bodies",
+        lambda d, c, ch: [f.split("/")[2] for f in d[1]] == ["audit", "raw"]
+        and all(f.startswith(".state/objects/") for f in d[1])
+        and [f.split("/")[:2] for f in c[1]] == [["bodies", "audit"], ["bodies", "raw"]],
+        "bodies and the audit trail go under the folder", base=tuple(LOOPBACK_NETS)),
+    # audit
+    "audit.flush_records": Effect(
+        p_audit_flushes, 2,
+        lambda d, c, ch: d == [[], [], [5]] and c == [[2, 2], [2, 2], [2, 2, 1]],
+        "a full buffer is written at once; its rest when flush_s has passed"),
+    "audit.flush_s": Effect(
+        p_audit_flushes, 10.0, lambda d, c, ch: d == [[], [], [5]] and c == [[], [5], [5]],
+        "a buffer is written flush_s seconds after its first record arrived"),
     # s3
     "s3.endpoint_url": Effect(
         p_s3_service, "http://127.0.0.1:18444",

@@ -22,3 +22,19 @@ def test_put_get_and_reuse(tmp_path):
 def test_open_store_follows_configuration(tmp_path):
     cfg = load_config(env={}, overrides=[f"storage.local_dir={tmp_path}"])
     assert isinstance(open_store(cfg), LocalStore)
+
+
+def test_plain_objects_put_get_list(tmp_path):
+    store = LocalStore(tmp_path)
+    store.put_object("audit/day=2026-12-01/t/b.jsonl.gz", b"two")
+    store.put_object("audit/day=2026-12-01/t/a.jsonl.gz", b"one")
+    store.put_object("audit/day=2026-12-02/t/c.jsonl.gz", b"three")
+    store.put_object("audit/day=2026-12-01/t/a.jsonl.gz", b"one again")  # replaced whole
+    assert store.get_object("audit/day=2026-12-01/t/a.jsonl.gz") == b"one again"
+    assert list(store.list_objects("audit/day=2026-12-01/")) == [
+        "audit/day=2026-12-01/t/a.jsonl.gz", "audit/day=2026-12-01/t/b.jsonl.gz"]
+    assert len(list(store.list_objects("audit/"))) == 3
+    assert list(store.list_objects("audit/day=2026-12")) == sorted(
+        store.list_objects("audit/"))  # a prefix need not end at a folder
+    assert list(store.list_objects("nothing/here/")) == []
+    assert not list(tmp_path.rglob(".tmp-*"))  # no temporary file left behind
