@@ -14,6 +14,7 @@ from collections.abc import Sequence
 
 from pyflink.common import Row, Types
 
+from udfs.audit_operator import audit_trail
 from udfs.config import load_config
 from udfs.frontier_operator import (
     DEAD_LETTERS,
@@ -74,9 +75,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             .process(NearDuplicateBand(band), output_type=ROW_KEY_VALUE if last else INDEX_INPUT) \
             .uid(f"frontier-near-duplicates-{band}")
     # The fetch audit trail: every completion into object storage, where it outlives the
-    # completions topic (udfs/audit_operator.py; imported here to keep this branch whole).
-    from udfs.audit_operator import audit_trail
-
+    # completions topic (udfs/audit_operator.py).
     audit_trail(completions, kafka, cfg)
 
     # Leases and the URLs the frontier found itself go out at once (at-least-once): a
