@@ -193,8 +193,8 @@ def test_ready_heap_serves_every_host_and_a_hot_host_does_not_starve_others():
 
 def test_global_daily_fetch_budget():
     f = Frontier(replace(CFG, daily_fetch_budget=3), seed=1)
-    for i in range(5):
-        f.discover(f"http://h{i}.example/", 0.0)
+    for i in range(5):  # seeds: weight 1, never deferred by the budget's pacing
+        f.discover(f"http://h{i}.example/", 0.0, is_seed=True)
     leases = list(f.poll(0.0))
     for lease in leases:
         f.complete(ok(lease, http_status=404), lease.host_key, 0.0)

@@ -260,3 +260,45 @@ def test_duplicate_feedback_from_an_index_event():
     both = duplicate_feedback({**event, "duplicate_of": "y", "near_duplicate_of": "x",
                                "change": "CHANGED"})
     assert (both["dup"], both["new_page"]) == (int(Dup.EXACT), False)
+
+
+# -- a shared daily budget, paced by weight ------------------------------------------------
+
+def test_budget_wait_paces_the_day_by_weight():
+    from udfs.core.recrawl import budget_wait
+
+    day = 10 * DAY_S
+    assert budget_wait(0, 100, day, 0.1) is None
+    assert budget_wait(20, 100, day, 0.25) is None  # 20 % ahead, weight 0.25
+    assert budget_wait(30, 100, day, 0.25) == pytest.approx(day + 0.05 * DAY_S)
+    assert budget_wait(99, 100, day, 1.0) is None  # weight 1 never waits
+    assert budget_wait(60, 100, day + DAY_S / 2, 0.05) == pytest.approx(day + 0.55 * DAY_S)
+
+
+def test_a_tight_budget_goes_first_to_the_healthy_host_and_then_to_the_throttled_one():
+    from udfs.core.frontier import Frontier
+
+    def run(cfg):
+        f = Frontier(replace(cfg, daily_fetch_budget=100), seed=1)
+        for name in ("healthy", "throttled"):
+            for i in range(80):
+                f.discover(f"http://{name}.example/p{i}", 0.0, depth=1)
+        per_host = {"http://healthy.example": 0, "http://throttled.example": 0}
+        now = 0.0
+        while now < 600:  # ten minutes of a day whose budget is 100 pages
+            f.hosts["http://throttled.example"].allowance = 0.25  # it keeps answering 429
+            for lease in f.poll(now):
+                if lease.kind is Kind.PAGE:
+                    per_host[lease.host_key] += 1
+                f.complete(ok(lease, http_status=404 if lease.kind is Kind.ROBOTS else 200,
+                              text_sha256="t"), lease.host_key, now)
+            now += 0.5
+        return per_host
+
+    healthy, throttled = run(CFG).values()
+    # Links of value 0.5: the throttled host (weight 0.5 x 0.25) stops spending once an
+    # eighth of the day's budget is spent this early in the day, the healthy one once a half.
+    assert 50 <= healthy + throttled <= 51 and throttled <= 13 < healthy
+    healthy, throttled = run(replace(CFG, recrawl=FIXED)).values()
+    assert healthy + throttled == 100 and throttled > 13  # first come, first served
+

@@ -45,9 +45,11 @@ from udfs.core.recrawl import (
     Change,
     Dup,
     RecrawlPolicy,
+    budget_wait,
     classify_change,
     discovery_priority,
     hinted_interval,
+    host_priority,
     next_interval,
     queue_priority,
     revisit_after,
@@ -646,6 +648,14 @@ class HostFrontier:
                 # Re-check after the next robots.txt refresh.
                 self._enqueue(u, max(now + 1.0, self.robots.expires_at, self.robots.retry_at))
                 continue
+            if global_budget is not None and self.cfg.recrawl.learned_priority:
+                wait = budget_wait(global_budget.spent(now), self.cfg.daily_fetch_budget,
+                                   now, self.score(u) * host_priority(
+                                       self.allowance, self.dup_share, self.cfg.recrawl))
+                if wait is not None:  # URLs of more weight may spend the budget first
+                    self._count("budget_deferred")
+                    self._enqueue(u, wait)
+                    return None
             if self.budget.take(now, self.policy.daily_budget) is not None:
                 self._count("host_budget_exhausted")
                 self._enqueue(u, (now // DAY_S + 1) * DAY_S)

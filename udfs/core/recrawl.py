@@ -151,6 +151,21 @@ def host_priority(allowance: float, dup_share: float, policy: RecrawlPolicy) -> 
     return weight
 
 
+def budget_wait(spent: int, budget: int, now: float, weight: float) -> float | None:
+    """When a URL of this weight (its queue priority × its host's weight) may spend a
+    share of the day's fetch budget shared by many hosts: None for now, else the time
+    to ask again. The budget is paced over the UTC day: while what was spent runs
+    ahead of the day's clock by more than the URL's weight (as a share of the budget),
+    it waits until the clock catches up. Weight 1 and above (seeds, changing pages of
+    healthy hosts) never wait; low-value URLs of throttled or duplicate-heavy hosts wait
+    first, so a tight budget goes to the URLs that earn it."""
+    day_start = now // DAY_S * DAY_S
+    ahead = spent / budget - (now - day_start) / DAY_S
+    if ahead <= weight:
+        return None
+    return day_start + (spent / budget - weight) * DAY_S
+
+
 def revisit_after(interval_s: float, dup: Dup, host_dup_share: float,
                   policy: RecrawlPolicy) -> float:
     """Seconds until a fetched page's next visit: its learned interval, spaced out by

@@ -126,6 +126,10 @@ class DailyBudget:
     day: int = -1
     used: int = 0
 
+    def spent(self, now: float) -> int:
+        """Pages granted today."""
+        return self.used if int(now // DAY_S) == self.day else 0
+
     def remaining(self, now: float, limit: int) -> int:
         return limit if int(now // DAY_S) != self.day else max(0, limit - self.used)
 
