@@ -36,7 +36,8 @@ def main(argv: Sequence[str] | None = None) -> None:
 
     env = make_env(cfg, bundle_size=cfg["fetch.bundle_size"],
                    bundle_time_ms=cfg["fetch.bundle_time_ms"],
-                   restore_from=args.from_checkpoint)
+                   restore_from=args.from_checkpoint,
+                   metrics_port=cfg["metrics.fetcher_port"])
     kafka = KafkaIO(env, cfg)
     leases = kafka.source(cfg.topic("leases"), "fetcher", bounded=args.bounded)
     if not args.bounded:  # ticks collect finished fetches when no lease arrives

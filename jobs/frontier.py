@@ -44,7 +44,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     cfg = load_config(args.config, overrides=args.set)
     print(cfg.log_line("frontier"), flush=True)  # what this job was configured with
 
-    env = make_env(cfg, thread_mode=True, restore_from=args.from_checkpoint)
+    env = make_env(cfg, thread_mode=True, restore_from=args.from_checkpoint,
+                   metrics_port=cfg["metrics.frontier_port"])
     env.get_config().set_auto_watermark_interval(200)
     kafka = KafkaIO(env, cfg)
     discovered = kafka.source(cfg.topic("discovered"), "frontier", bounded=args.bounded,

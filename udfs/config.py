@@ -159,6 +159,8 @@ _RULES: dict[str, Callable[[Any], str | None]] = {
     "frontier.cold_bucket_s": _between(1, 86400),
     "frontier.cache_urls": _at_least(1000),
     "frontier.clock_idle_ms": _between(100, 60_000),
+    "metrics.frontier_port": lambda v: None if v == 0 else _between(1024, 65535)(v),
+    "metrics.fetcher_port": lambda v: None if v == 0 else _between(1024, 65535)(v),
     "cluster.rest_port": _between(1024, 65535),
     "cluster.rpc_port": _between(1024, 65535),
     "cluster.taskmanagers": _between(1, 16),

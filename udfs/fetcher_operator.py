@@ -34,6 +34,7 @@ from udfs.core.addresses import AddressPolicy
 from udfs.core.backqueue import REPORTED, BackQueues, LeaseTiming, Skip
 from udfs.core.fetching import DnsCache, FetchLimits
 from udfs.core.politeness import Pace, parse_retry_after
+from udfs.core.selfcheck import BREACHES, OUTCOME_CLASSES, PolitenessSelfCheck, outcome_class
 from udfs.core.urls import UrlPolicy
 from udfs.deadletter import dead_letter
 from udfs.faults import FaultInjector
@@ -111,6 +112,29 @@ class FetchFunction(AsyncFunction):
         from udfs.fetch_engine import FetchEngine
 
         self.engine = FetchEngine(self._guarded, capacity=self.connections)
+        self._metrics(runtime_context.get_metrics_group())
+
+    def _metrics(self, group) -> None:
+        """The fetcher's metrics: fetches by outcome class, bytes fetched, requests
+        started and the politeness self-check's breaches by rule (it must read 0).
+        Totals kept here and exported as gauges: the engine's thread counts them, and
+        PyFlink reads gauges on its own thread at each bundle's end (counters there are
+        thread-bound). Label sets are fixed: no per-host series."""
+        self.selfcheck = PolitenessSelfCheck()
+        self.outcomes = dict.fromkeys(OUTCOME_CLASSES, 0)
+        self.fetched_bytes = 0
+        for name in OUTCOME_CLASSES:
+            group.add_group("outcome", name).gauge(
+                "fetches_total", lambda name=name: self.outcomes[name])
+        for rule in BREACHES:
+            group.add_group("rule", rule).gauge(
+                "politeness_breaches_total", lambda rule=rule: self.selfcheck.breaches[rule])
+        group.gauge("requests_started_total", lambda: self.selfcheck.starts)
+        group.gauge("bytes_fetched_total", lambda: self.fetched_bytes)
+
+    def _count(self, completion: dict[str, Any]) -> None:
+        self.outcomes[outcome_class(completion["outcome"], completion["http_status"])] += 1
+        self.fetched_bytes += completion["body_bytes"] or 0
 
     async def _session(self):
         if self.session is None:
@@ -129,6 +153,7 @@ class FetchFunction(AsyncFunction):
             return []  # replayed (it expires and is re-let) or a duplicate record
         now = time.time()
         record = not_sent(lease, reason, now, self.queues.start_at(timing, now))
+        self._count(record)
         return [Row("C", lease["host_key"].encode(),
                     self.reg.encode("completion", record, check=False))]
 
@@ -168,8 +193,9 @@ class FetchFunction(AsyncFunction):
             outcome, retry_after = completion["outcome"], completion["retry_after"]
             duration = completion["fetch_duration_ms"] / 1000
         throttled = outcome == "THROTTLED"
-        self.queues.end(timing, now, duration, throttled=throttled,
-                        retry_until=parse_retry_after(retry_after, now) if throttled else None)
+        retry_until = parse_retry_after(retry_after, now) if throttled else None
+        self.queues.end(timing, now, duration, throttled=throttled, retry_until=retry_until)
+        self.selfcheck.end(timing.host_key, now, retry_until)
         turn = self._turn(timing.host_key)
         async with turn:
             turn.notify_all()
@@ -209,6 +235,8 @@ class FetchFunction(AsyncFunction):
         if skip is not None:
             return self._skipped(lease, timing, skip)
         started = time.time()
+        self.selfcheck.start(timing.host_key, started, timing.pace.gap_s,
+                             timing.pace.max_in_flight)
         completion = None
         try:
             remaining = timing.expires_at - started
@@ -222,6 +250,7 @@ class FetchFunction(AsyncFunction):
         finally:
             await self._release(timing, started, completion)
         host = lease["host_key"]
+        self._count(completion)
         # Written as completion v1 (v2 only adds NOT_SENT): a frontier of the build before
         # still reads it while the fetcher is upgraded first.
         out = [Row("C", host.encode(), self.reg.encode("completion", completion, check=False,

@@ -78,6 +78,43 @@ def crawl_now(watermark_ms: int) -> float:
     return max(wall, watermark_ms / 1000.0)
 
 
+# Eligibility lag buckets (seconds), Prometheus-histogram style: each bucket counts the
+# leases granted at most that long after their URL came due (cumulative, so that
+# histogram_quantile() reads percentiles off them).
+LAG_BUCKETS_S = (1, 5, 30, 60, 300, 600, 1800, 3600, 21600, 86400)
+
+
+class FrontierMetrics:
+    """The frontier's metrics (a `FrontierObserver`): every counted event of the hosts'
+    schedulers as frontier_events_total{event}, and the eligibility lag of page leases
+    as eligibility_lag_seconds_bucket{priority_class, le} with its _count. Label values
+    are event names and fixed buckets: no per-host series."""
+
+    def __init__(self, group) -> None:
+        self.group = group
+        self.events: dict[str, Any] = {}
+        self.lag: dict[bool, list[tuple[float, Any]]] = {}
+        self.lag_count: dict[bool, Any] = {}
+        for high, name in ((True, "high"), (False, "normal")):
+            cls = group.add_group("priority_class", name)
+            self.lag[high] = [(b, cls.add_group("le", str(b)).counter(
+                "eligibility_lag_seconds_bucket")) for b in LAG_BUCKETS_S]
+            self.lag_count[high] = cls.counter("eligibility_lag_seconds_count")
+
+    def event(self, name: str) -> None:
+        counter = self.events.get(name)
+        if counter is None:
+            counter = self.events[name] = self.group.add_group("event", name).counter(
+                "frontier_events_total")
+        counter.inc()
+
+    def leased(self, lag_s: float, high_value: bool) -> None:
+        self.lag_count[high_value].inc()
+        for bound, counter in self.lag[high_value]:
+            if lag_s <= bound:
+                counter.inc()
+
+
 def parallel_subtasks(ctx) -> int:
     """The operator's parallelism. In thread mode PyFlink 2.2's runtime context asks the
     JVM for getNumberOfParallelSubtasks, which Flink 2 moved to getTaskInfo()."""
@@ -107,10 +144,17 @@ class Intake(ProcessFunction):
         self.url_policy = UrlPolicy.from_names(cfg["urls.drop_query_params"])
         self.address_policy = AddressPolicy.from_networks(cfg["fetch.allowed_networks"])
         self.reg = registry()
-        self.refused_address = runtime_context.get_metrics_group().counter(
-            "urls_refused_address")
+        group = runtime_context.get_metrics_group()
+        self.refused_address = group.counter("urls_refused_address")
+        self.dead_letter_group = group
+        self.dead_letters: dict[str, Any] = {}  # by reason (error type): a fixed set
 
     def _dead(self, row, reason: str, error_type: str, **kw):
+        counter = self.dead_letters.get(error_type)
+        if counter is None:
+            counter = self.dead_letters[error_type] = self.dead_letter_group.add_group(
+                "reason", error_type).counter("dead_letters_total")
+        counter.inc()
         key = None if row[0] is None else bytes(row[0])
         return DEAD_LETTERS, Row(key, dead_letter(
             self.reg, stage="frontier.intake", reason=reason, error_type=error_type,
@@ -177,6 +221,7 @@ class FrontierFunction(KeyedProcessFunction):
         # line per distinct set of added fields.
         self.restored_with_added = ctx.get_metrics_group().counter(
             "hosts_restored_with_added_fields")
+        self.metrics = FrontierMetrics(ctx.get_metrics_group())
         self.added_reported: set[frozenset[str]] = set()
 
     # -- state ----------------------------------------------------------------------
@@ -195,6 +240,7 @@ class FrontierFunction(KeyedProcessFunction):
                 self.added_reported.add(h.added_fields)
                 log.warning("host state of %s was written by a build without the fields "
                             "%s; they took their defaults", key, ", ".join(sorted(h.added_fields)))
+        h.observer = self.metrics
         self.cache[key] = h
         self.cached_urls += len(h.urls)
         return h

@@ -68,14 +68,16 @@ def checkpoint_uri(cfg: Config) -> str:
 
 
 def make_env(cfg: Config, *, thread_mode: bool = False, bundle_size: int | None = None,
-             bundle_time_ms: int | None = None, restore_from: str | None = None
-             ) -> StreamExecutionEnvironment:
+             bundle_time_ms: int | None = None, restore_from: str | None = None,
+             metrics_port: int = 0) -> StreamExecutionEnvironment:
     """A StreamExecutionEnvironment with checkpointing, restarts and jars from `cfg`.
 
     `bundle_size`: records handed to a process-mode Python worker at a time. A
     checkpoint waits until the worker has finished its bundle, so a slow record
     delays checkpoints by up to a bundle's worth of them. `restore_from`: a savepoint or
-    retained checkpoint to start from (a local MiniCluster; `flink run -s` on a cluster)."""
+    retained checkpoint to start from (a local MiniCluster; `flink run -s` on a cluster).
+    `metrics_port`: Flink's Prometheus reporter serves the job's metrics there (a local
+    MiniCluster; a cluster's reporters come from its own configuration); 0: none."""
     # Logs go under the state folder, never into the installed pyflink package (its
     # log/ folder is the default): the local gateway's Flink log (read when PyFlink
     # starts its JVM, so only if none runs yet; a `flink run` client keeps its own)...
@@ -139,6 +141,11 @@ def make_env(cfg: Config, *, thread_mode: bool = False, bundle_size: int | None 
     # default (128 for a job first run at parallelism 85 or less), so a crawl can
     # later grow past 128 subtasks.
     conf.set_string("pipeline.max-parallelism", str(cfg["flink.max_parallelism"]))
+    if metrics_port:
+        # The reporter ships with PyFlink (pyflink/plugins/metrics-prometheus).
+        conf.set_string("metrics.reporter.prom.factory.class",
+                        "org.apache.flink.metrics.prometheus.PrometheusReporterFactory")
+        conf.set_string("metrics.reporter.prom.port", str(metrics_port))
     env = StreamExecutionEnvironment.get_execution_environment(conf)
     env.set_parallelism(cfg["flink.parallelism"])
     return env

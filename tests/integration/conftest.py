@@ -44,3 +44,56 @@ def fresh_topics(admin):
     yield make
     if created:
         admin.delete_topics(created)
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def scrape(port: int) -> dict[tuple[str, frozenset], float]:
+    """One scrape of a Prometheus text endpoint on 127.0.0.1: (name, labels) → value."""
+    import re
+    import urllib.request
+
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+        text = r.read().decode()
+    out = {}
+    for line in text.splitlines():
+        m = re.fullmatch(r"([A-Za-z_:][\w:]*)(?:\{(.*)\})?\s+(\S+)(?:\s+\d+)?", line)
+        if m is None or line.startswith("#"):
+            continue
+        labels = frozenset(re.findall(r'(\w+)="((?:[^"\\]|\\.)*)"', m.group(2) or ""))
+        out[(m.group(1), labels)] = float(m.group(3))
+    return out
+
+
+def metric(samples: dict, suffix: str, **labels: str) -> float | None:
+    """The sum of the samples whose name ends with `suffix` and that carry `labels`
+    (over subtasks; None when there is none)."""
+    found = [v for (name, ls), v in samples.items() if name.endswith(suffix)
+             and set(labels.items()) <= ls]
+    return sum(found) if found else None
+
+
+def wait_for_metric(port: int, suffix: str, predicate, timeout_s: float = 60.0,
+                    **labels: str) -> dict:
+    """Scrape until the metric's value satisfies `predicate`; the last scrape."""
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    samples: dict = {}
+    while time.monotonic() < deadline:
+        try:
+            samples = scrape(port)
+        except OSError:
+            samples = {}
+        value = metric(samples, suffix, **labels)
+        if value is not None and predicate(value):
+            return samples
+        time.sleep(1.0)
+    raise AssertionError(f"{suffix}{labels} never satisfied the check; last scrape: "
+                         f"{sorted(k[0] for k in samples)[:40]}")

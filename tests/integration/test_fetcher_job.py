@@ -9,6 +9,7 @@ from kafka import KafkaConsumer, KafkaProducer
 
 from crawler.run import JobProcess
 from crawler.synthetic_web import SyntheticWeb, build_sites
+from tests.integration.conftest import free_port, metric, wait_for_metric
 from udfs.avro import registry
 from udfs.core.fingerprints import url_id
 
@@ -42,12 +43,13 @@ def test_fetcher_job_fetches_stores_and_reports(cfg, fresh_topics, tmp_path):
     web = SyntheticWeb(build_sites(6, seed=4))
     web.start()
     leases, comps, disc, dlq = fresh_topics("leases", "comps", "disc", "dlq")
+    port = free_port()
     overrides = [f"topics.leases.name={leases}", f"topics.completions.name={comps}",
                  f"topics.discovered.name={disc}", f"topics.deadletter.name={dlq}",
                  "flink.checkpoint_interval_ms=1000", "flink.restart_strategy=none",
                  "fetch.allowed_networks=[127.0.0.0/8]",
                  f"fetch.static_hosts=[{','.join(web.static_hosts())}]",
-                 f"storage.local_dir={tmp_path / 'objects'}"]
+                 f"storage.local_dir={tmp_path / 'objects'}", f"metrics.fetcher_port={port}"]
     # Its own process group, output to a log file (a pipe nobody reads could fill up).
     job = JobProcess("fetcher", overrides, tmp_path / "fetcher.log")
     job.start()
@@ -82,6 +84,15 @@ def test_fetcher_job_fetches_stores_and_reports(cfg, fresh_topics, tmp_path):
         assert letters[0][1]["stage"] == "fetcher.decode"
         # Only loopback was contacted, and only for the two live leases.
         assert sorted(r.path for r in web.log) == ["/p/0", "/robots.txt"]
+        # Flink's Prometheus reporter serves the fetcher's metrics: outcomes by class,
+        # requests, bytes, and the politeness self-check, which reads 0.
+        samples = wait_for_metric(port, "fetches_total", lambda v: v == 2, outcome="2xx")
+        assert metric(samples, "fetches_total", outcome="not_sent") == 1
+        assert metric(samples, "requests_started_total") == 2
+        assert metric(samples, "bytes_fetched_total") == page["body_bytes"] + robots[
+            "body_bytes"]
+        for rule in ("in_flight", "gap", "retry_after"):
+            assert metric(samples, "politeness_breaches_total", rule=rule) == 0
     finally:
         job.stop()
         web.stop()

@@ -10,6 +10,7 @@ import time
 from kafka import KafkaConsumer, KafkaProducer
 
 from crawler.run import JobProcess
+from tests.integration.conftest import free_port, metric, wait_for_metric
 from udfs.avro import load_examples, registry
 
 REG = registry()
@@ -45,6 +46,7 @@ def completion_for(lease, **fields):
 def test_frontier_job_end_to_end_on_kafka(cfg, fresh_topics, tmp_path):
     disc, leases, comps, index, dlq = fresh_topics("disc", "leases", "comps", "index", "dlq",
                                                    partitions=2)
+    port = free_port()
     overrides = [f"topics.discovered.name={disc}", f"topics.leases.name={leases}",
                  f"topics.completions.name={comps}", f"topics.index.name={index}",
                  f"topics.deadletter.name={dlq}", "flink.checkpoint_interval_ms=1000",
@@ -53,7 +55,8 @@ def test_frontier_job_end_to_end_on_kafka(cfg, fresh_topics, tmp_path):
                  "urls.drop_query_params=[ref]", "frontier.daily_fetch_budget=6",
                  # One lease at a time, so that the rounds below are exact (the
                  # look-ahead has its own tests).
-                 "frontier.lookahead_s=0", "frontier.max_lookahead_leases=0"]
+                 "frontier.lookahead_s=0", "frontier.max_lookahead_leases=0",
+                 f"metrics.frontier_port={port}"]
     # Its own process group, output to a log file (a pipe nobody reads could fill up).
     job = JobProcess("frontier", overrides, tmp_path / "frontier.log")
     job.start()
@@ -151,5 +154,15 @@ def test_frontier_job_end_to_end_on_kafka(cfg, fresh_topics, tmp_path):
         final = page_leases(lease_topic.wait("lease", lambda s: True, timeout_s=2))
         assert len(final) == 6 and all(r["host_key"] != "http://127.0.0.1:9" for _, r in
                                        lease_topic.seen)
+
+        # Flink's Prometheus reporter serves the frontier's metrics: its events, the
+        # eligibility lag of every page lease, dead letters by reason.
+        samples = wait_for_metric(port, "frontier_events_total", lambda v: v == 6,
+                                  event="leases_granted")
+        assert metric(samples, "frontier_events_total", event="robots_leases") == 3
+        assert metric(samples, "eligibility_lag_seconds_count") == 6
+        assert metric(samples, "eligibility_lag_seconds_bucket", le="86400") == 6
+        assert metric(samples, "dead_letters_total", reason="AvroDecodeError") == 1
+        assert metric(samples, "dead_letters_total", reason="ADDRESS_BLOCKED") == 1
     finally:
         job.stop()

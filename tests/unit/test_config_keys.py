@@ -365,8 +365,26 @@ class _Counter:
 
 
 class _Metrics:
+    """A metric group: counters and gauges by (name, labels), one registry shared by the
+    group and its subgroups (add_group(key, value) adds a label, as Flink's does)."""
+
+    def __init__(self, registry: dict | None = None, labels: tuple = ()) -> None:
+        self.registry = {} if registry is None else registry
+        self.labels = labels
+
+    def add_group(self, key: str, value: str | None = None) -> _Metrics:
+        return _Metrics(self.registry, (*self.labels, (key, value)))
+
     def counter(self, name: str) -> _Counter:
-        return _Counter()
+        return self.registry.setdefault((name, self.labels), _Counter())
+
+    def gauge(self, name: str, fn) -> None:
+        self.registry[(name, self.labels)] = fn
+
+    def read(self, name: str, **labels: str) -> int:
+        """A counter's count or a gauge's value (0 if never created)."""
+        metric = self.registry.get((name, tuple(labels.items())))
+        return 0 if metric is None else metric() if callable(metric) else metric.count
 
 
 class _ValueState:
@@ -422,6 +440,7 @@ class RuntimeContext:
     def __init__(self, keys=None, parallelism: int = 1, attempt: int = 0) -> None:
         self.keys_, self.parallelism, self.attempt = keys, parallelism, attempt
         self.state: dict[str, Any] = {}
+        self.metrics = _Metrics()
 
     def get_state(self, descriptor):
         return self.state.setdefault(descriptor.name, _ValueState(self.keys_))
@@ -430,7 +449,7 @@ class RuntimeContext:
         return self.state.setdefault(descriptor.name, _MapState(self.keys_))
 
     def get_metrics_group(self) -> _Metrics:
-        return _Metrics()
+        return self.metrics
 
     def get_number_of_parallel_subtasks(self) -> int:
         return self.parallelism
@@ -549,7 +568,8 @@ class FrontierJob:
         self._seq = 0
         self.ctx = _Ctx(self)
         self.runtime = RuntimeContext(self, parallelism)
-        self.intake.open(RuntimeContext(self, parallelism))
+        self.intake_runtime = RuntimeContext(self, parallelism)
+        self.intake.open(self.intake_runtime)
         self.fn.open(self.runtime)
 
     @contextlib.contextmanager
@@ -697,7 +717,9 @@ class FetcherJob:
         self.fn = self.trace.function(FetchFunction)
         self.reg = registry()
         self.s3: list[tuple[str, str, str]] = []  # (method, url, authorization)
-        self.fn.open(RuntimeContext(attempt=attempt))
+        self.runtime = RuntimeContext(attempt=attempt)
+        self.leases = 0
+        self.fn.open(self.runtime)
         client = getattr(self.fn.store, "client", None)
         if client is not None:
             record_s3(client, self.s3)
@@ -705,7 +727,8 @@ class FetcherJob:
     async def fetch(self, url: str, kind: str = "PAGE", not_before_in_s: float = 0.0
                     ) -> Fetched:
         now_ms = int(time.time() * 1000) + 1
-        lease = {"lease_id": "L-1", "url_id": "0123456789abcdef", "url_version": 1,
+        self.leases += 1
+        lease = {"lease_id": f"L-{self.leases}", "url_id": "0123456789abcdef", "url_version": 1,
                  "attempt": 1, "issued_at_ms": now_ms, "expires_at_ms": now_ms + 290_000,
                  "url": url, "host_key": split_host_key(url)[0], "kind": kind, "depth": 0,
                  "etag": None, "last_modified": None,
@@ -1799,6 +1822,13 @@ EFFECTS: dict[str, Effect] = {
         lambda d, c, ch: all(c[j][0].get("pipeline.jars", "").endswith(
             f"flink-sql-connector-kafka-{CONNECTOR_VERSIONS[1]}.jar") for j in c)),
     # cluster
+    "metrics.frontier_port": Effect(p_flink, 9350, lambda d, c, ch: (
+        c["frontier"][0].get("metrics.reporter.prom.port") == "9350"
+        and "metrics.reporter.prom.port" not in c["fetcher"][0]), base=("metrics.fetcher_port=0",)),
+    "metrics.fetcher_port": Effect(p_flink, 9351, lambda d, c, ch: (
+        c["fetcher"][0].get("metrics.reporter.prom.port") == "9351"
+        and d["fetcher"][0].get("metrics.reporter.prom.factory.class", "").endswith(
+            "PrometheusReporterFactory"))),
     "cluster.rest_port": Effect(p_cluster, 18181,
                                 lambda d, c, ch: c[0]["rest.port"] == 18181
                                 and c[1] == "127.0.0.1:18181"),

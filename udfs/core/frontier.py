@@ -24,7 +24,7 @@ from dataclasses import dataclass, field, fields, replace
 from enum import Enum, StrEnum
 from functools import cache
 from operator import attrgetter
-from typing import Any, get_type_hints
+from typing import Any, Protocol, get_type_hints
 
 from udfs.core.coldqueue import ColdIndex, ColdQueue, KeyValue
 from udfs.core.fingerprints import url_ids
@@ -250,6 +250,16 @@ class CompletionResult:
     state: UrlState | None = None  # the URL after an accepted completion (it may be cold)
 
 
+class FrontierObserver(Protocol):
+    """Hears what a host's scheduler does, for metrics (no decision depends on it)."""
+
+    def event(self, name: str) -> None:
+        """One more of a counted event (the names of `HostFrontier.stats`)."""
+
+    def leased(self, lag_s: float, high_value: bool) -> None:
+        """A page lease granted `lag_s` after its URL came due (eligibility lag)."""
+
+
 @dataclass(frozen=True)
 class Admission:
     accepted: bool
@@ -306,6 +316,8 @@ class HostFrontier:
         # Fields this code has that the restored state did not (added since it was
         # written; they took their defaults): the operator reports them.
         self.added_fields: frozenset[str] = frozenset()
+        # Who hears of each counted event and page lease (the operator's metrics).
+        self.observer: FrontierObserver | None = None
 
     # -- policy ---------------------------------------------------------------
 
@@ -324,6 +336,8 @@ class HostFrontier:
 
     def _count(self, name: str) -> None:
         self.stats[name] = self.stats.get(name, 0) + 1
+        if self.observer is not None:
+            self.observer.event(name)
 
     # -- queue ----------------------------------------------------------------
 
@@ -494,6 +508,7 @@ class HostFrontier:
             raise ValueError(f"{url} does not belong to {self.host_key}")
         uid, known = self.find(url)
         if known is not None:
+            self._count("urls_known")  # URL dedup: a rediscovery, nothing admitted
             resident = uid in self.urls  # (a cold URL is left as it is until loaded)
             if priority is not None and priority > known.priority and resident:
                 known.priority = priority
@@ -519,7 +534,9 @@ class HostFrontier:
             u.next_fetch_at = now
             self.cold.add(uid, url_to_saved(u), now)
             self._count("urls_spilled")
+            self._count("urls_admitted")
             return Admission(True, uid, "new")
+        self._count("urls_admitted")
         self.urls[uid] = u
         if self.big:
             self._resident_added.add(uid)
@@ -666,8 +683,12 @@ class HostFrontier:
                 self._count("global_budget_exhausted")
                 self._enqueue(u, (now // DAY_S + 1) * DAY_S)
                 return None
+            if self.observer is not None:
+                self.observer.leased(now - u.next_fetch_at,
+                                     u.priority >= self.cfg.recrawl.high_value_priority)
             if u.relet:
                 u.attempt += 1
+                self._count("leases_relet")
             else:
                 u.version += 1
                 u.attempt = 1

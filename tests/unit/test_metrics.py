@@ -1,0 +1,135 @@
+"""The jobs' metrics (issue 14, item 1): outcome classes and the fetcher's politeness
+self-check on a virtual clock, and the operators' counters as the jobs build them."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from udfs.config import load_config
+from udfs.core.selfcheck import BREACHES, OUTCOME_CLASSES, PolitenessSelfCheck, outcome_class
+
+from .test_config_keys import (  # noqa: F401  (world: the fixture)
+    LOOPBACK_NETS,
+    FetcherJob,
+    FrontierJob,
+    crawl,
+    seeds,
+    world,
+)
+
+H = "http://a.test"
+
+
+# -- outcome classes ------------------------------------------------------------------
+
+@pytest.mark.parametrize(("outcome", "status", "cls"), [
+    ("OK", 200, "2xx"), ("NOT_MODIFIED", 304, "304"), ("REDIRECT", 301, "3xx"),
+    ("GONE", 404, "404_410"), ("GONE", 410, "404_410"), ("CLIENT_ERROR", 403, "other_4xx"),
+    ("THROTTLED", 429, "429"), ("THROTTLED", 503, "503"), ("SERVER_ERROR", 503, "503"),
+    ("SERVER_ERROR", 500, "other_5xx"), ("DNS_ERROR", None, "dns"),
+    ("CONNECT_ERROR", None, "connect"), ("TIMEOUT", None, "timeout"),
+    ("ADDRESS_BLOCKED", None, "refused_address"), ("TOO_LARGE", 200, "too_large"),
+    ("NOT_SENT", None, "not_sent"), ("OTHER_ERROR", None, "other")])
+def test_every_outcome_has_its_class(outcome, status, cls):
+    assert outcome_class(outcome, status) == cls
+    assert cls in OUTCOME_CLASSES
+
+
+# -- the politeness self-check ------------------------------------------------------------
+
+def test_a_paced_host_breaks_nothing():
+    check = PolitenessSelfCheck()
+    for i in range(5):
+        assert check.start(H, 10.0 + i * 1.5, gap_s=1.0, max_in_flight=1) == []
+        check.end(H, 10.5 + i * 1.5)
+    assert check.breaches == dict.fromkeys(BREACHES, 0) and check.starts == 5
+
+
+def test_each_rule_is_counted_when_broken():
+    check = PolitenessSelfCheck()
+    check.start(H, 0.0, 1.0, 1)
+    assert check.start(H, 0.1, 1.0, 1) == ["in_flight", "gap"]  # overlapping and too soon
+    check.end(H, 0.2)
+    check.end(H, 0.3, retry_until=30.0)  # a 429 asked for 30 s
+    assert check.start(H, 5.0, 1.0, 1) == ["retry_after"]
+    check.end(H, 5.1)
+    assert check.start(H, 30.0, 1.0, 1) == []
+    assert check.breaches == {"in_flight": 1, "gap": 1, "retry_after": 1}
+
+
+def test_two_in_flight_when_the_host_allows_two_and_hosts_are_separate():
+    check = PolitenessSelfCheck()
+    assert check.start(H, 0.0, 1.0, 2) == []
+    assert check.start(H, 0.1, 1.0, 2) == []  # no gap rule for a concurrent host
+    assert check.start(H, 0.2, 1.0, 2) == ["in_flight"]
+    assert check.start("http://b.test", 0.2, 1.0, 1) == []
+
+
+def test_the_self_check_forgets_idle_hosts_not_busy_ones():
+    check = PolitenessSelfCheck(max_hosts=2)
+    check.start("http://busy.test", 0.0, 1.0, 1)
+    check.start("http://a.test", 0.0, 1.0, 1)
+    check.end("http://a.test", 0.1)
+    check.start("http://c.test", 0.2, 1.0, 1)
+    assert set(check.hosts) == {"http://busy.test", "http://c.test"}
+
+
+# -- the frontier job's counters ------------------------------------------------------------
+
+def test_the_frontier_counts_its_events_and_the_eligibility_lag(world):  # noqa: F811
+    cfg = load_config(env={})
+    job = crawl(cfg, world, [seeds("/", "/a"), seeds("/b", source="LINK", depth=1),
+                             seeds("/", source="LINK", depth=1)], 30)
+    m = job.runtime.metrics
+    pages = len(job.grants())
+    assert pages == 3 and len(job.grants(kind="ROBOTS")) == 1
+    assert m.read("frontier_events_total", event="leases_granted") == pages
+    assert m.read("frontier_events_total", event="robots_leases") == 1
+    assert m.read("frontier_events_total", event="urls_admitted") == 3
+    assert m.read("frontier_events_total", event="urls_known") == 1  # "/" again
+    # Seeds are high-value, the link is not; every lease is in its class's count, and
+    # the cumulative buckets hold it from its lag on.
+    high = m.read("eligibility_lag_seconds_count", priority_class="high")
+    normal = m.read("eligibility_lag_seconds_count", priority_class="normal")
+    assert (high, normal) == (2, 1)
+    assert m.read("eligibility_lag_seconds_bucket", priority_class="high", le="86400") == 2
+    # The first lease waited for robots.txt, the rest a gap each: all within 5 s.
+    assert m.read("eligibility_lag_seconds_bucket", priority_class="high", le="5") == 2
+
+
+def test_the_intake_counts_dead_letters_by_reason(world):  # noqa: F811
+    cfg = load_config(env={})
+    job = FrontierJob(cfg, world)
+    with job.clock():
+        job._send("discovered", b"k", b"not avro")
+        job._send("completions", b"k", b"\x00\x01")
+    assert len(job.dead) == 2
+    reasons = {labels: c.count for (name, labels), c in job.intake_runtime.metrics.registry
+               .items() if name == "dead_letters_total"}
+    assert sum(reasons.values()) == 2 and all(k[0][0] == "reason" for k in reasons)
+
+
+# -- the fetcher job's gauges ---------------------------------------------------------------
+
+def test_the_fetcher_counts_outcomes_bytes_and_requests_and_breaks_no_rule(world):  # noqa: F811
+    cfg = load_config(env={}, overrides=LOOPBACK_NETS)
+    job = FetcherJob(cfg, world)
+    m = job.runtime.metrics
+
+    async def go():
+        try:
+            ok = await job.fetch(world.url("/page"))
+            gone = await job.fetch(world.url("/missing"))
+            return ok, gone
+        finally:
+            await job.close()
+
+    ok, gone = asyncio.run(go())
+    assert (ok.outcome, gone.outcome) == ("OK", "GONE")
+    assert m.read("fetches_total", outcome="2xx") == 1
+    assert m.read("fetches_total", outcome="404_410") == 1
+    assert m.read("bytes_fetched_total") == ok.body_bytes > 0
+    assert m.read("requests_started_total") == 2
+    assert all(m.read("politeness_breaches_total", rule=r) == 0 for r in BREACHES)
