@@ -159,6 +159,9 @@ _RULES: dict[str, Callable[[Any], str | None]] = {
     "frontier.cold_bucket_s": _between(1, 86400),
     "frontier.cache_urls": _at_least(1000),
     "frontier.clock_idle_ms": _between(100, 60_000),
+    "s3.low_tier_storage_class": _one_of(
+        "", "STANDARD", "STANDARD_IA", "ONEZONE_IA", "INTELLIGENT_TIERING", "GLACIER_IR",
+        "GLACIER", "DEEP_ARCHIVE", "REDUCED_REDUNDANCY"),
     "metrics.frontier_port": lambda v: None if v == 0 else _between(1024, 65535)(v),
     "metrics.fetcher_port": lambda v: None if v == 0 else _between(1024, 65535)(v),
     "cluster.rest_port": _between(1024, 65535),

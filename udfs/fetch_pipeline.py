@@ -95,8 +95,8 @@ async def process_lease(lease: dict[str, Any], ctx: FetchContext
             completion["error"] = "; ".join(result.errors)[:1000]
         return completion, discovered
     # A page: keep the raw bytes (blocking I/O off the event loop), then parse.
-    sha, key, _ = await asyncio.get_running_loop().run_in_executor(None, ctx.store.put_body,
-                                                                   body)
+    sha, key, _ = await asyncio.get_running_loop().run_in_executor(
+        None, ctx.store.put_body, body, lease.get("storage_tier", "standard"))
     if ctx.faults is not None:
         ctx.faults.stall_parse()
     page = parse_html(body, url, headers=h, user_agent=ctx.user_agent,

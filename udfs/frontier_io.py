@@ -32,7 +32,7 @@ def lease_record(lease: Lease) -> dict[str, Any]:
             "not_before_ms": ms(lease.not_before), "prev_lease_id": lease.prev_lease_id,
             "gap_s": lease.gap_s, "duration_factor": lease.duration_factor,
             "max_gap_s": lease.max_gap_s, "max_in_flight": lease.max_in_flight,
-            "throttle_seq": lease.throttle_seq}
+            "throttle_seq": lease.throttle_seq, "storage_tier": lease.storage_tier}
 
 
 def fetch_result(c: dict[str, Any]) -> FetchResult:

@@ -19,6 +19,7 @@ tests drive the same rules, and a clock topic drives the job itself.
 from __future__ import annotations
 
 import logging
+import math
 import pickle
 import time
 from collections import OrderedDict
@@ -97,8 +98,9 @@ class FrontierMetrics:
         self.lag_count: dict[bool, Any] = {}
         for high, name in ((True, "high"), (False, "normal")):
             cls = group.add_group("priority_class", name)
-            self.lag[high] = [(b, cls.add_group("le", str(b)).counter(
-                "eligibility_lag_seconds_bucket")) for b in LAG_BUCKETS_S]
+            self.lag[high] = [(b, cls.add_group("le", "+Inf" if b == math.inf else str(b))
+                               .counter("eligibility_lag_seconds_bucket"))
+                              for b in (*LAG_BUCKETS_S, math.inf)]  # +Inf: every lease
             self.lag_count[high] = cls.counter("eligibility_lag_seconds_count")
 
     def event(self, name: str) -> None:
@@ -316,14 +318,19 @@ class ContentDedup(KeyedProcessFunction):
 
     def open(self, ctx) -> None:
         self.first = ctx.get_state(ValueStateDescriptor("first_url_id", Types.STRING()))
+        group = ctx.get_metrics_group()
+        self.events = group.counter("index_events_total")
+        self.duplicates = group.counter("exact_duplicates_total")
 
     def process_element(self, row, ctx):
         event = pickle.loads(row[1])
         owner = self.first.value()
+        self.events.inc()
         if owner is None:
             self.first.update(event["url_id"])
         elif owner != event["url_id"]:
             event["duplicate_of"] = owner
+            self.duplicates.inc()
         yield Row(near_key(event, 0), pickle.dumps(event))
 
 
@@ -350,6 +357,9 @@ class NearDuplicateBand(KeyedProcessFunction):
         self.seen = ctx.get_map_state(MapStateDescriptor("fingerprints", Types.STRING(),
                                                          Types.LONG()))
         self.size = ctx.get_state(ValueStateDescriptor("size", Types.INT()))
+        # Counted once, where an event leaves the last band.
+        self.near = ctx.get_metrics_group().counter("near_duplicates_total") \
+            if self.band == self.k else None
 
     def process_element(self, row, ctx):
         event = pickle.loads(row[1])
@@ -368,5 +378,7 @@ class NearDuplicateBand(KeyedProcessFunction):
         if self.band < self.k:
             yield Row(near_key(event, self.band + 1, self.k), pickle.dumps(event))
         else:
+            if event["near_duplicate_of"] is not None:
+                self.near.inc()
             yield Row(event["url_id"].encode(),
                       self.reg.encode("index_event", event, check=False))

@@ -27,8 +27,10 @@ def object_key(sha256_hex: str) -> str:
 
 
 class ObjectStore(Protocol):
-    def put_body(self, body: bytes) -> tuple[str, str, bool]:
-        """Store `body`; (sha256 hex, object key, True if newly written)."""
+    def put_body(self, body: bytes, tier: str = "standard") -> tuple[str, str, bool]:
+        """Store `body`; (sha256 hex, object key, True if newly written). `tier`: "low"
+        for a page found to duplicate another's (a colder storage class where the
+        backend has classes)."""
 
     def get_body(self, key: str) -> bytes:
         """The decompressed body stored under `key`."""
@@ -47,7 +49,8 @@ class LocalStore:
     def __init__(self, directory: str | os.PathLike[str]) -> None:
         self.root = Path(directory)
 
-    def put_body(self, body: bytes) -> tuple[str, str, bool]:
+    def put_body(self, body: bytes, tier: str = "standard") -> tuple[str, str, bool]:
+        # (a directory has no storage classes: every tier is stored alike)
         sha = hashlib.sha256(body).hexdigest()
         key = object_key(sha)
         path = self.root / key
@@ -88,11 +91,12 @@ class LocalStore:
 
 
 class S3Store:
-    def __init__(self, client: Any, bucket: str) -> None:
+    def __init__(self, client: Any, bucket: str, low_tier_class: str = "") -> None:
         self.client = client
         self.bucket = bucket
+        self.low_tier_class = low_tier_class  # "": the bucket's default for every body
 
-    def put_body(self, body: bytes) -> tuple[str, str, bool]:
+    def put_body(self, body: bytes, tier: str = "standard") -> tuple[str, str, bool]:
         from botocore.exceptions import ClientError
 
         sha = hashlib.sha256(body).hexdigest()
@@ -103,9 +107,11 @@ class S3Store:
         except ClientError as exc:
             if exc.response.get("Error", {}).get("Code") not in ("404", "NoSuchKey", "NotFound"):
                 raise
+        colder = {"StorageClass": self.low_tier_class} \
+            if tier == "low" and self.low_tier_class else {}
         self.client.put_object(Bucket=self.bucket, Key=key, Body=gzip.compress(body, 6),
                                ContentType="application/gzip",
-                               Metadata={"sha256": sha, "bytes": str(len(body))})
+                               Metadata={"sha256": sha, "bytes": str(len(body))}, **colder)
         return sha, key, True
 
     def get_body(self, key: str) -> bytes:
@@ -130,5 +136,5 @@ def open_store(cfg: Config) -> ObjectStore:
     if cfg["storage.backend"] == "s3":
         from udfs.objectstore import s3_client
 
-        return S3Store(s3_client(cfg), cfg["s3.bucket"])
+        return S3Store(s3_client(cfg), cfg["s3.bucket"], cfg["s3.low_tier_storage_class"])
     return LocalStore(cfg["storage.local_dir"])

@@ -164,5 +164,9 @@ def test_frontier_job_end_to_end_on_kafka(cfg, fresh_topics, tmp_path):
         assert metric(samples, "eligibility_lag_seconds_bucket", le="86400") == 6
         assert metric(samples, "dead_letters_total", reason="AvroDecodeError") == 1
         assert metric(samples, "dead_letters_total", reason="ADDRESS_BLOCKED") == 1
+        # Six index events, the first round's three sharing one body and one SimHash.
+        samples = wait_for_metric(port, "index_events_total", lambda v: v == 6)
+        assert metric(samples, "exact_duplicates_total") >= 2
+        assert metric(samples, "near_duplicates_total") >= 2
     finally:
         job.stop()

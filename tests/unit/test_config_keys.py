@@ -717,22 +717,24 @@ class FetcherJob:
         self.fn = self.trace.function(FetchFunction)
         self.reg = registry()
         self.s3: list[tuple[str, str, str]] = []  # (method, url, authorization)
+        self.s3_headers: list[tuple[str, dict]] = []
         self.runtime = RuntimeContext(attempt=attempt)
         self.leases = 0
         self.fn.open(self.runtime)
         client = getattr(self.fn.store, "client", None)
         if client is not None:
-            record_s3(client, self.s3)
+            record_s3(client, self.s3, self.s3_headers)
 
-    async def fetch(self, url: str, kind: str = "PAGE", not_before_in_s: float = 0.0
-                    ) -> Fetched:
+    async def fetch(self, url: str, kind: str = "PAGE", not_before_in_s: float = 0.0,
+                    storage_tier: str = "standard") -> Fetched:
         now_ms = int(time.time() * 1000) + 1
         self.leases += 1
         lease = {"lease_id": f"L-{self.leases}", "url_id": "0123456789abcdef", "url_version": 1,
                  "attempt": 1, "issued_at_ms": now_ms, "expires_at_ms": now_ms + 290_000,
                  "url": url, "host_key": split_host_key(url)[0], "kind": kind, "depth": 0,
                  "etag": None, "last_modified": None,
-                 "not_before_ms": now_ms + int(not_before_in_s * 1000)}
+                 "not_before_ms": now_ms + int(not_before_in_s * 1000),
+                 "storage_tier": storage_tier}
         rows = await self.fn.async_invoke((b"k", self.reg.encode("lease", lease)))
         while self.fn.engine.active():  # the engine fetches on its own loop
             self.fn.engine.check()
@@ -773,8 +775,9 @@ def fetch_once(cfg: Config, world: World, url: str, kind: str = "PAGE",
         return asyncio.run(go())
 
 
-def record_s3(client, log: list) -> None:
-    """Answer every request of a boto3 S3 client here (HEAD: 404, others: 200), recorded."""
+def record_s3(client, log: list, headers: list | None = None) -> None:
+    """Answer every request of a boto3 S3 client here (HEAD: 404, others: 200), recorded
+    (and, with `headers`, each request's headers)."""
     from botocore.awsrequest import AWSResponse
 
     class Raw:
@@ -785,6 +788,8 @@ def record_s3(client, log: list) -> None:
         auth = request.headers.get("Authorization", b"")
         log.append((request.method, request.url, auth.decode() if isinstance(auth, bytes)
                     else auth))
+        if headers is not None:
+            headers.append((request.method, dict(request.headers)))
         return AWSResponse(request.url, 404 if request.method == "HEAD" else 200, {}, Raw())
 
     client.meta.events.register("before-send.s3", before_send)
@@ -1249,6 +1254,27 @@ def p_s3(cfg, w):
                       if (m := re.search(r"Credential=[^/]+/\d+/([^/]+)/", auth))})
     requests = [(m, re.sub(r"[0-9a-f]{64}", "<sha>", u)) for m, u, _ in job.s3]
     return requests, scopes, regions, secret.secret_key
+
+
+def p_s3_tiers(cfg, w):
+    """The storage class of the body PUT for a page leased at each storage tier."""
+    out = {}
+    for tier in ("standard", "low"):
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setenv("AWS_ACCESS_KEY_ID", "probe-default-key")
+            mp.setenv("AWS_SECRET_ACCESS_KEY", "probe-default-secret")
+            job = FetcherJob(cfg, w)
+
+            async def go(job=job, tier=tier):
+                try:
+                    await job.fetch(w.url("/page"), storage_tier=tier)
+                finally:
+                    await job.close()
+            asyncio.run(go())
+        puts = [h for m, h in job.s3_headers if m == "PUT"]
+        out[tier] = [v.decode() if isinstance(v, bytes) else v
+                     for v in (h.get("x-amz-storage-class") for h in puts)]
+    return out
 
 
 def p_s3_service(cfg, w):
@@ -1781,6 +1807,10 @@ EFFECTS: dict[str, Effect] = {
         p_bucket, "other-bucket",
         lambda d, c, ch: all("/other-bucket/" in u + "/" for _, u in c[0] + c[1]),
         base=(*LOOPBACK_NETS, *S3_BASE)),
+    "s3.low_tier_storage_class": Effect(
+        p_s3_tiers, "GLACIER_IR",
+        lambda d, c, ch: d == {"standard": [None], "low": ["STANDARD_IA"]}
+        and c == {"standard": [None], "low": ["GLACIER_IR"]}, base=(*LOOPBACK_NETS, *S3_BASE)),
     "s3.region": Effect(p_s3, "eu-west-1", lambda d, c, ch: c[2] == ["eu-west-1"],
                         base=(*LOOPBACK_NETS, *S3_BASE)),
     "s3.path_style": Effect(

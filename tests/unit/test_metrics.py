@@ -95,6 +95,7 @@ def test_the_frontier_counts_its_events_and_the_eligibility_lag(world):  # noqa:
     normal = m.read("eligibility_lag_seconds_count", priority_class="normal")
     assert (high, normal) == (2, 1)
     assert m.read("eligibility_lag_seconds_bucket", priority_class="high", le="86400") == 2
+    assert m.read("eligibility_lag_seconds_bucket", priority_class="normal", le="+Inf") == 1
     # The first lease waited for robots.txt, the rest a gap each: all within 5 s.
     assert m.read("eligibility_lag_seconds_bucket", priority_class="high", le="5") == 2
 

@@ -302,3 +302,14 @@ def test_a_tight_budget_goes_first_to_the_healthy_host_and_then_to_the_throttled
     healthy, throttled = run(replace(CFG, recrawl=FIXED)).values()
     assert healthy + throttled == 100 and throttled > 13  # first come, first served
 
+
+
+def test_a_duplicates_next_lease_asks_for_the_low_storage_tier():
+    for cfg, tier in ((CFG, "low"), (replace(CFG, recrawl=FIXED), "standard")):
+        h = HostFrontier(H, cfg, seed=1)
+        lease, _ = visit(h, H + "/d", 0.0, text_sha256="t1")
+        assert lease.storage_tier == "standard"
+        h.duplicate(lease.url_id, lease.url_version, Dup.NEAR, True, lease.issued_at)
+        u = h.urls[lease.url_id]
+        nxt = poll_page(h, u.next_fetch_at)
+        assert nxt.url == H + "/d" and nxt.storage_tier == tier

@@ -203,6 +203,9 @@ class Lease:
     max_gap_s: float = 120.0
     max_in_flight: int = 1
     throttle_seq: int = 0
+    # "low" for a page the index found to duplicate another URL's at its last visit:
+    # the fetcher stores its body in a colder class (recrawl.learned_priority).
+    storage_tier: str = "standard"
 
     @property
     def pace(self) -> Pace:
@@ -606,7 +609,8 @@ class HostFrontier:
 
     def _new_lease(self, now: float, lease_id: str, url_id: str, version: int, attempt: int,
                    url: str, kind: Kind, depth: int = 0, etag: str | None = None,
-                   last_modified: str | None = None) -> Lease:
+                   last_modified: str | None = None, storage_tier: str = "standard"
+                   ) -> Lease:
         """A lease starting at the next start, following the last lease still out."""
         start = self._next_start(now)
         prev = max(self.in_flight.values(), key=attrgetter("not_before", "issued_at"),
@@ -615,7 +619,8 @@ class HostFrontier:
         return Lease(lease_id, url_id, version, attempt, now, start + self.cfg.lease_timeout_s,
                      url, self.host_key, kind, depth, etag, last_modified, start,
                      None if prev is None else prev.lease_id, pace.gap_s,
-                     pace.duration_factor, pace.max_gap_s, pace.max_in_flight, self.throttles)
+                     pace.duration_factor, pace.max_gap_s, pace.max_in_flight, self.throttles,
+                     storage_tier)
 
     def _grant(self, now: float, lease: Lease) -> Lease:
         self.in_flight[lease.lease_id] = lease
@@ -695,9 +700,11 @@ class HostFrontier:
             u.relet = False
             u.status = UrlStatus.LEASED
             self._dirty.add(u.url_id)
+            low = u.dup and self.cfg.recrawl.learned_priority
             lease = self._new_lease(now, self._new_lease_id(now), u.url_id, u.version,
                                     u.attempt, u.url, u.kind, u.depth, u.etag,
-                                    u.last_modified if u.etag is None else None)
+                                    u.last_modified if u.etag is None else None,
+                                    "low" if low else "standard")
             u.lease_id = lease.lease_id
             self._count("leases_granted")
             return self._grant(now, lease)
