@@ -83,6 +83,17 @@ def make_env(cfg: Config, *, thread_mode: bool = False, bundle_size: int | None 
     # starts its JVM, so only if none runs yet; a `flink run` client keeps its own)...
     state_dir = Path(cfg["local.state_dir"]).resolve()
     os.environ.setdefault("FLINK_LOG_DIR", str(state_dir / "flink-logs"))
+    if metrics_port:
+        # A local MiniCluster looks for reporters on the JVM's classpath only, not among
+        # PyFlink's plugins; PyFlink's launcher puts HADOOP_CLASSPATH on the classpath of
+        # the JVM it starts (so only if none runs yet in this process).
+        import pyflink
+
+        jar = next((Path(pyflink.__file__).resolve().parent / "plugins" /
+                    "metrics-prometheus").glob("flink-metrics-prometheus-*.jar"), None)
+        extra = os.environ.get("HADOOP_CLASSPATH", "")
+        if jar is not None and str(jar) not in extra:
+            os.environ["HADOOP_CLASSPATH"] = os.pathsep.join(p for p in (extra, str(jar)) if p)
     conf = Configuration()
     # ... and RocksDB's LOG files, unless the Flink configuration of this JVM's
     # FLINK_CONF_DIR says where they go (a cluster's config.yaml under `flink run`;

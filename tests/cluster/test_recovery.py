@@ -198,9 +198,11 @@ def test_crawl_survives_kill_9_upgrade_rescale_and_fetcher_faults(cfg, fresh_top
         wait_running(cluster, "frontier")
 
         # c. Rescale 1 -> 2 (still build v2).
-        wait_for(0.65)
-        # Read late: a new job's metrics reach the REST API after tens of seconds.
-        added_v2 = added_fields_metric(cluster, jid, at_least=1, timeout_s=150)
+        wait_for(0.6)
+        # Read late: a new job's metrics reach the REST API after tens of seconds. Not
+        # for long: the rescale must come while hosts still have pages to lease (a
+        # 150 s wait on a loaded machine once let the crawl finish first).
+        added_v2 = added_fields_metric(cluster, jid, at_least=1, timeout_s=40)
         _, jid = cluster.upgrade("frontier", job_args, parallelism=2, build=v2)
         frontier_jids.add(jid)
         rescaled_ms = int(time.time() * 1000)  # the old job is stopped by now

@@ -93,6 +93,8 @@ def test_fetcher_job_fetches_stores_and_reports(cfg, fresh_topics, tmp_path):
             "body_bytes"]
         for rule in ("in_flight", "gap", "retry_after"):
             assert metric(samples, "politeness_breaches_total", rule=rule) == 0
+        print("fetcher metric names:", sorted({n for n, _ in samples if n.endswith("_total")
+                                               and "Kafka" not in n}))
     finally:
         job.stop()
         web.stop()

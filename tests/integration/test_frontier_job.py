@@ -168,5 +168,7 @@ def test_frontier_job_end_to_end_on_kafka(cfg, fresh_topics, tmp_path):
         samples = wait_for_metric(port, "index_events_total", lambda v: v == 6)
         assert metric(samples, "exact_duplicates_total") >= 2
         assert metric(samples, "near_duplicates_total") >= 2
+        print("frontier metric names:", sorted({n for n, _ in samples if n.endswith((
+            "_total", "_bucket", "_count")) and "Kafka" not in n}))
     finally:
         job.stop()
