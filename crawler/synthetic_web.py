@@ -62,9 +62,12 @@ class Site:
         return body
 
 
-def build_sites(count: int, seed: int = 1, pages: tuple[int, int] = (5, 30)) -> list[Site]:
+def build_sites(count: int, seed: int = 1, pages: tuple[int, int] = (5, 30),
+                boilerplate: int = 0) -> list[Site]:
     """`count` sites with 'pages' pages each (a random count in that range); site 0 also
-    links to evil.test, a name that resolves to a non-allowed address (SSRF bait)."""
+    links to evil.test, a name that resolves to a non-allowed address (SSRF bait).
+    `boilerplate`: that many more sites, duplicate-heavy: four in five of their pages
+    serve the same bytes (a catalogue page linking every page of the site)."""
     rng = random.Random(seed)
     all_features = ["calendar", "session", "redirects", "loop", "dups", "etag", "slow",
                     "huge", "bomb", "http_date"]
@@ -80,7 +83,17 @@ def build_sites(count: int, seed: int = 1, pages: tuple[int, int] = (5, 30)) -> 
         sites.append(Site(f"site{i}.test", pages=rng.randint(*pages), robots=robots,
                           throttle_every=throttle_every, retry_after_s=2,
                           features=frozenset(feats)))
+    for i in range(count, count + boilerplate):
+        sites.append(Site(f"site{i}.test", pages=rng.randint(*pages), robots="rules",
+                          throttle_every=0, retry_after_s=2,
+                          features=frozenset({"boilerplate"})))
     return sites
+
+
+def is_boilerplate(site: Site, path: str) -> bool:
+    """A page of a duplicate-heavy site that serves the site's one catalogue page."""
+    return "boilerplate" in site.features and path.startswith("/p/") and \
+        int(path.split("/")[2]) % 5 != 0
 
 
 SSRF_NAME = "evil.test"
@@ -279,6 +292,9 @@ class SyntheticWeb:
             if path == "/near/b":  # one word more than its near twin
                 text = text.replace(" ", " changed ", 1)
             return _html("Duplicate", text, ["/near/child"] if path == "/near/b" else ["/"])
+        if is_boilerplate(site, path):
+            return _html("Catalogue", _text(f"{site.name}/boilerplate", self.page_words),
+                         [f"/p/{k}" for k in range(site.pages)])
         body = self._bodies.get((site.name, path))
         if body is None:
             i = 0 if path == "/" else int(path.split("/")[2])

@@ -16,6 +16,7 @@ import pytest
 from crawler.run import JobProcess, Watcher, publish_seeds, synthetic_overrides
 from crawler.synthetic_web import SSRF_ADDRESS, SyntheticWeb, build_sites
 from udfs.config import TOPIC_KEYS, load_config
+from udfs.core.recrawl import updated_dup_share
 from udfs.storage import LocalStore
 
 MIN_GAP_S = 0.2
@@ -52,7 +53,7 @@ class Tripwire:
 
 @pytest.mark.timeout(1500)
 def test_crawl_of_the_synthetic_web(cfg, fresh_topics, tmp_path):
-    web = SyntheticWeb(build_sites(50, seed=7, pages=(90, 115)),
+    web = SyntheticWeb(build_sites(50, seed=7, pages=(90, 115), boilerplate=1),
                        log_path=str(tmp_path / "web.jsonl"))
     web.start()
     tripwire = Tripwire(web.port)
@@ -76,7 +77,12 @@ def test_crawl_of_the_synthetic_web(cfg, fresh_topics, tmp_path):
     # duplicate pages are seeds too, beside every home page.
     dup_seeds = [hk + p for hk, s in sites.items() if "dups" in s.features
                  for p in DUP_PAGES]
-    seed_urls = {hk + "/" for hk in sites} | set(dup_seeds)
+    # The duplicate-heavy site (four in five pages one catalogue): pages that are not
+    # duplicates are seeds too, revisited four times less often once the host's recent
+    # new pages are mostly duplicates.
+    (heavy,) = [hk for hk, s in sites.items() if "boilerplate" in s.features]
+    heavy_seeds = [heavy + f"/p/{i}" for i in range(5, 45, 5)]
+    seed_urls = {hk + "/" for hk in sites} | set(dup_seeds) | set(heavy_seeds)
     assert dup_seeds
 
     def revalidated() -> bool:  # a recrawl answered 304 on some ETag site's home page
@@ -104,9 +110,31 @@ def test_crawl_of_the_synthetic_web(cfg, fresh_topics, tmp_path):
                 visits.setdefault(r.host + r.path, []).append(r.start)
         gaps: dict[bool, list[float]] = {True: [], False: []}
         for url, starts in visits.items():
+            if url.startswith(heavy + "/"):
+                continue  # (its own check, below)
             since = flagged.get(url, float("-inf")) - 5.0  # about the flagged fetch's start
             gaps[url in flagged] += [b - a for a, b in pairwise(sorted(starts)) if a >= since]
         return gaps
+
+    def heavy_gaps(events: list[dict], log: list) -> list[float]:
+        """Gaps between fetches of the duplicate-heavy site's unflagged seeds, from when
+        its share of duplicate new pages (as the frontier counts it) passed 0.6 on."""
+        share, since = 0.0, None
+        for e in sorted(events, key=lambda e: e["fetched_at_ms"]):
+            if e["host_key"] == heavy and e["change"] == "NEW":
+                share = updated_dup_share(share, bool(e["duplicate_of"] or
+                                                      e["near_duplicate_of"]))
+                if share >= 0.6:
+                    since = e["fetched_at_ms"] / 1000 - mono_offset + 10.0  # + feedback
+                    break
+        if since is None:
+            return []
+        clean = set(heavy_seeds) - set(flagged_since(events))
+        starts: dict[str, list[float]] = {}
+        for r in log:
+            if r.host + r.path in clean and r.status in (200, 304):
+                starts.setdefault(r.host + r.path, []).append(r.start)
+        return [b - a for s in starts.values() for a, b in pairwise(sorted(s)) if a >= since]
 
     watcher = None
     try:
@@ -119,7 +147,8 @@ def test_crawl_of_the_synthetic_web(cfg, fresh_topics, tmp_path):
         # (and three flagged seeds revisited since their flag: four minutes at least)
         while time.monotonic() < deadline and not (
                 expected <= watcher.poll().urls and revalidated() and
-                len(seed_gaps(watcher.events, list(web.log))[True]) >= 3):
+                len(seed_gaps(watcher.events, list(web.log))[True]) >= 3 and
+                heavy_gaps(watcher.events, list(web.log))):
             assert all(j.alive() for j in jobs), [j.log_path.read_text()[-2000:] for j in jobs]
             time.sleep(2)
         missing = expected - watcher.progress.urls
@@ -189,6 +218,10 @@ def test_crawl_of_the_synthetic_web(cfg, fresh_topics, tmp_path):
     assert any(url in flagged_since(events) for url in dup_seeds), "no duplicate was flagged"
     assert gaps[True] and gaps[False], gaps
     assert statistics.median(gaps[True]) >= 2 * statistics.median(gaps[False]), gaps
+    # The duplicate-heavy host: its pages that are no duplicates are spaced out too
+    # (every revisit of the host waits four intervals), and all its pages were indexed.
+    spaced = heavy_gaps(events, log)
+    assert spaced and min(spaced) >= 200, spaced
 
     # A recrawl sent If-None-Match, got 304, and wrote neither an object nor an event.
     assert revalidated()
@@ -201,4 +234,5 @@ def test_crawl_of_the_synthetic_web(cfg, fresh_topics, tmp_path):
     print(f"e2e: {len(events)} index events, {len(log)} requests, {len(sites)} sites, "
           f"outcomes {watcher.progress.outcomes}, violations {violations}, seed revisit "
           f"gap medians: flagged {statistics.median(gaps[True]):.0f} s "
-          f"({len(gaps[True])} gaps), others {statistics.median(gaps[False]):.0f} s")
+          f"({len(gaps[True])} gaps), others {statistics.median(gaps[False]):.0f} s; "
+          f"duplicate-heavy host's clean seeds after its share passed 0.6: {spaced}")

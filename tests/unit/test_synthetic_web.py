@@ -83,3 +83,20 @@ def test_the_log_feeds_the_oracle(web):
         assert polite.violations("FlinkCrawler")["before_robots"] == 1
     finally:
         polite.stop()
+
+
+def test_a_duplicate_heavy_site_serves_one_catalogue_for_four_pages_in_five():
+    sites = build_sites(3, seed=5, boilerplate=1)
+    assert len(sites) == 4 and build_sites(3, seed=5) == sites[:3]  # the others unchanged
+    heavy = sites[-1]
+    assert heavy.features == frozenset({"boilerplate"}) and heavy.throttle_every == 0
+    web = SyntheticWeb(sites)
+    web.start()
+    try:
+        bodies = {p: _get(web, heavy, p)[2] for p in ("/", "/p/1", "/p/2", "/p/4", "/p/5")}
+    finally:
+        web.stop()
+    assert bodies["/p/1"] == bodies["/p/2"] == bodies["/p/4"] == web.body_for(heavy, "/p/1")
+    assert len({bodies["/"], bodies["/p/1"], bodies["/p/5"]}) == 3
+    # The catalogue links every page of the site: nothing becomes unreachable.
+    assert all(f'href="/p/{k}"'.encode() in bodies["/p/1"] for k in range(heavy.pages))
