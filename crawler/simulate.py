@@ -403,10 +403,10 @@ class Simulation:
         page = details.get("page")
         if page is not None and status == 200:
             self.m["page_fetches"] += 1
-            if self.stored.get((host.key, page)) == host.version(page, now) and \
-                    (host.key, page) in self.stored:
+            current = host.version(page, now)
+            if self.stored.get((host.key, page)) == current:  # (never None: a version)
                 self.m["unchanged_fetches"] += 1
-            self.stored[(host.key, page)] = host.version(page, now)
+            self.stored[(host.key, page)] = current
             if host.duplicate_heavy:
                 self.m["dup_host_fetches"] += 1
                 self.dup_host_pages.add((host.key, page))

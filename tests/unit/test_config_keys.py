@@ -755,16 +755,17 @@ class FetcherJob:
 
 def fetch_once(cfg: Config, world: World, url: str, kind: str = "PAGE",
                window_s: float | None = None, job: FetcherJob | None = None,
-               cwd: Path | None = None) -> Any:
+               cwd: Path | None = None, storage_tier: str = "standard") -> Any:
     """One lease through FetchFunction.async_invoke; "pending" if `window_s` passes first.
     Runs in `cwd` (default: the world's), where a relative storage.local_dir lands."""
     job = job or FetcherJob(cfg, world)
 
     async def go():
+        fetch = job.fetch(url, kind, storage_tier=storage_tier)
         try:
             if window_s is None:
-                return await job.fetch(url, kind)
-            return await asyncio.wait_for(job.fetch(url, kind), window_s)
+                return await fetch
+            return await asyncio.wait_for(fetch, window_s)
         except TimeoutError:
             return "pending"
         finally:
@@ -1264,13 +1265,7 @@ def p_s3_tiers(cfg, w):
             mp.setenv("AWS_ACCESS_KEY_ID", "probe-default-key")
             mp.setenv("AWS_SECRET_ACCESS_KEY", "probe-default-secret")
             job = FetcherJob(cfg, w)
-
-            async def go(job=job, tier=tier):
-                try:
-                    await job.fetch(w.url("/page"), storage_tier=tier)
-                finally:
-                    await job.close()
-            asyncio.run(go())
+            fetch_once(cfg, w, w.url("/page"), job=job, storage_tier=tier)
         puts = [h for m, h in job.s3_headers if m == "PUT"]
         out[tier] = [v.decode() if isinstance(v, bytes) else v
                      for v in (h.get("x-amz-storage-class") for h in puts)]

@@ -131,7 +131,7 @@ class DailyBudget:
         return self.used if int(now // DAY_S) == self.day else 0
 
     def remaining(self, now: float, limit: int) -> int:
-        return limit if int(now // DAY_S) != self.day else max(0, limit - self.used)
+        return max(0, limit - self.spent(now))
 
     def take(self, now: float, limit: int) -> TrapReason | None:
         """Spend one page of today's budget, or say why not."""
