@@ -100,20 +100,24 @@ def test_crawl_of_the_synthetic_web(cfg, fresh_topics, tmp_path):
                 out[e["url"]] = min(out.get(e["url"], at), at)
         return out
 
+    def fetch_starts(log: list, urls: set[str]) -> dict[str, list[float]]:
+        """When each of `urls` was fetched (200 or 304), in order."""
+        starts: dict[str, list[float]] = {}
+        for r in log:
+            if r.host + r.path in urls and r.status in (200, 304):
+                starts.setdefault(r.host + r.path, []).append(r.start)
+        return {url: sorted(s) for url, s in starts.items()}
+
     def seed_gaps(events: list[dict], log: list) -> dict[bool, list[float]]:
         """Seconds between a seed's successive fetches: of flagged seeds (True) from
         their flagged fetch on, of the others (False)."""
         flagged = flagged_since(events)
-        visits: dict[str, list[float]] = {}
-        for r in log:
-            if r.host + r.path in seed_urls and r.status in (200, 304):
-                visits.setdefault(r.host + r.path, []).append(r.start)
         gaps: dict[bool, list[float]] = {True: [], False: []}
-        for url, starts in visits.items():
+        for url, starts in fetch_starts(log, seed_urls).items():
             if url.startswith(heavy + "/"):
                 continue  # (its own check, below)
             since = flagged.get(url, float("-inf")) - 5.0  # about the flagged fetch's start
-            gaps[url in flagged] += [b - a for a, b in pairwise(sorted(starts)) if a >= since]
+            gaps[url in flagged] += [b - a for a, b in pairwise(starts) if a >= since]
         return gaps
 
     def heavy_gaps(events: list[dict], log: list) -> list[float]:
@@ -130,11 +134,8 @@ def test_crawl_of_the_synthetic_web(cfg, fresh_topics, tmp_path):
         if since is None:
             return []
         clean = set(heavy_seeds) - set(flagged_since(events))
-        starts: dict[str, list[float]] = {}
-        for r in log:
-            if r.host + r.path in clean and r.status in (200, 304):
-                starts.setdefault(r.host + r.path, []).append(r.start)
-        return [b - a for s in starts.values() for a, b in pairwise(sorted(s)) if a >= since]
+        return [b - a for s in fetch_starts(log, clean).values() for a, b in pairwise(s)
+                if a >= since]
 
     watcher = None
     try:
