@@ -265,6 +265,89 @@ def _check_audit(args: argparse.Namespace) -> str | None:
     return check_url("URL", args.url) or check_at_least("--days", args.days, 1)
 
 
+def _check_host(args: argparse.Namespace) -> str | None:
+    from crawler.control import host_key_of
+    from udfs.config import ConfigError, host_policy_settings
+
+    if host_key_of(args.host) is None:
+        return f"HOST_KEY {args.host!r}: give the host as scheme://host[:port]"
+    if args.action != "set" and args.settings:
+        return f"{args.action} takes no settings (got {' '.join(args.settings)})"
+    if args.action == "set":
+        if not args.settings:
+            return "set needs at least one politeness.KEY=VALUE"
+        bad = [s for s in args.settings if "=" not in s]
+        if bad:
+            return f"{bad[0]!r}: settings look like politeness.min_gap_s=3"
+        try:
+            host_policy_settings(dict(s.split("=", 1) for s in args.settings),
+                                 "the command line")
+        except ConfigError as exc:
+            return str(exc)
+    return check_at_least("--timeout", args.timeout, 1)
+
+
+def _check_url_show(args: argparse.Namespace) -> str | None:
+    return check_url("URL", args.url) or check_at_least("--timeout", args.timeout, 1)
+
+
+def _control(args: argparse.Namespace, host_key: str, command: str, **kw) -> int:
+    """Send one command to the running crawl's frontier and print its reply."""
+    import json
+
+    from crawler.control import NoReply, send_command
+    from crawler.runs import RunNotFound, crawl_config
+
+    try:
+        cfg, run = crawl_config(args.config, args.set, args.run)
+    except RunNotFound as exc:
+        print(f"crawl {args.command}: {exc}", file=sys.stderr)
+        return 2
+    try:
+        reply = send_command(cfg, host_key, command, timeout_s=args.timeout, **kw)
+    except NoReply as exc:
+        print(f"crawl {args.command}: {exc}", file=sys.stderr)
+        return 1
+    if not reply["ok"]:
+        print(f"crawl {args.command}: refused by the frontier: {reply['error']}",
+              file=sys.stderr)
+        return 1
+    if args.json:
+        print(json.dumps({**reply, "run_id": run.run_id if run else None}, default=str))
+    else:
+        args.render(reply)
+    return 0
+
+
+def _cmd_host(args: argparse.Namespace) -> int:
+    from crawler.control import host_key_of, render_host
+
+    host_key = host_key_of(args.host)
+    assert host_key is not None  # validated
+
+    def render(reply: dict) -> None:
+        if args.action != "show":
+            done = "done" if reply["applied"] else "already in effect (not applied again)"
+            print(f"{args.action} {host_key}: {done}")
+        print(render_host(reply["detail"]))
+
+    args.render = render
+    settings = dict(s.split("=", 1) for s in args.settings) if args.action == "set" else None
+    return _control(args, host_key, args.action.upper(), settings=settings)
+
+
+def _cmd_url(args: argparse.Namespace) -> int:
+    from crawler.control import host_key_of, render_url
+    from udfs.core.urls import UrlPolicy, normalize_url
+
+    cfg = load_config(args.config, overrides=args.set)
+    url = normalize_url(args.url, policy=UrlPolicy.from_names(cfg["urls.drop_query_params"]))
+    host_key = host_key_of(url or args.url)
+    assert url is not None and host_key is not None  # validated
+    args.render = lambda reply: print(render_url(reply["detail"]))
+    return _control(args, host_key, "SHOW_URL", url=url)
+
+
 def _check_plan(args: argparse.Namespace) -> str | None:
     return check_assumptions("--assumptions", args.assumptions)
 
@@ -627,6 +710,42 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--days", type=int, metavar="N",
                    help="only the last N UTC days, today included (default: all)")
     p.set_defaults(func=_cmd_audit, check=_check_audit)
+
+    run_help = ("the id of a running `crawl run` (run-<ID>.* topics); default: the newest "
+                "one running, else the configured topics (the local cluster, a deployment)")
+    p = command("host", help="show, pause, resume or re-pace one host of a running crawl",
+                description="Commands to one host's owner in the frontier job, through "
+                "the control topic; applied in the host's keyed state between two of its "
+                "scheduling decisions, kept across restarts and savepoints, answered on "
+                "the replies topic. `show`: robots.txt, policy and its version, pace, "
+                "backoff, leases in flight, URLs by state, budget, last outcomes. `pause`: "
+                "no new lease (leases already out, at most in-flight + look-ahead, finish "
+                "within seconds). `resume`. `set HOST politeness.KEY=VALUE ...`: this "
+                "host's policy only (keys of the politeness section, checked like the "
+                "configuration), a new policy version. `reset`: the configured policy, "
+                "not paused.")
+    p.add_argument("action", choices=["show", "pause", "resume", "set", "reset"])
+    p.add_argument("host", metavar="HOST_KEY", help="scheme://host[:port]")
+    p.add_argument("settings", nargs="*", metavar="politeness.KEY=VALUE")
+    p.add_argument("--run", metavar="ID", help=run_help)
+    p.add_argument("--json", action="store_true", help="print the reply as JSON")
+    p.add_argument("--timeout", type=float, default=30.0, metavar="SECONDS",
+                   help="wait this long for the frontier's reply (default 30)")
+    p.set_defaults(func=_cmd_host, check=_check_host)
+
+    p = command("url", help="show one URL's state in a running crawl, and why it waits",
+                description="Asks the URL's host owner in the frontier job: status, "
+                "version, next fetch, interval, priority and queue score, failures, "
+                "duplicate flag, and the first reason it is not being fetched now "
+                "(leased, host paused, not due, robots.txt, backoff, budget, politeness, "
+                "other URLs ahead).")
+    p.add_argument("action", choices=["show"])
+    p.add_argument("url", metavar="URL")
+    p.add_argument("--run", metavar="ID", help=run_help)
+    p.add_argument("--json", action="store_true", help="print the reply as JSON")
+    p.add_argument("--timeout", type=float, default=30.0, metavar="SECONDS",
+                   help="wait this long for the frontier's reply (default 30)")
+    p.set_defaults(func=_cmd_url, check=_check_url_show)
 
     p = command("plan", help="print the capacity model derived from assumptions",
                 description="The design's arithmetic from a YAML of assumptions "

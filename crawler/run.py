@@ -282,6 +282,12 @@ def run(cfg_files: Sequence[str], overrides: Sequence[str], seeds_file: str | No
                   " (loopback allowed for this run only)", flush=True)
         cfg = load_config(cfg_files, overrides=extra)
         from crawler.local import ensure_topics
+        from crawler.runs import record_run
+
+        # Other terminals find this crawl by it (crawl status, crawl host, crawl url show).
+        record_run(run_dir, run_id, extra, cfg_files)
+        print(f"run id {run_id}: from another terminal, crawl status / crawl host show "
+              f"HOST_KEY / crawl url show URL find this crawl", flush=True)
 
         for line in ensure_topics(cfg):
             print(line, flush=True)
@@ -314,6 +320,9 @@ def run(cfg_files: Sequence[str], overrides: Sequence[str], seeds_file: str | No
         print("\ninterrupted; stopping", flush=True)
         return 130
     finally:
+        from crawler.runs import forget_run
+
+        forget_run(run_dir)
         for job in jobs:
             job.stop()
         summary = watcher.poll() if watcher else None

@@ -1,6 +1,6 @@
-"""The frontier job: discovered URLs, completions and (read back) its own index events
-in; leases, index events and discovered URLs (redirect targets, robots.txt sitemaps)
-out. Thread mode.
+"""The frontier job: discovered URLs, completions, operators' host commands and (read
+back) its own index events in; leases, index events, discovered URLs (redirect targets,
+robots.txt sitemaps) and command replies out. Thread mode.
 
     python -m jobs.frontier [--config FILE] [--set KEY=VALUE ...] [--bounded]
     flink run -py jobs/frontier.py -pyfs udfs,schemas -- --set ...
@@ -22,6 +22,7 @@ from udfs.frontier_operator import (
     HOST_INPUT,
     INDEX,
     INDEX_INPUT,
+    REPLIES,
     TICK,
     ContentDedup,
     FrontierFunction,
@@ -56,7 +57,11 @@ def main(argv: Sequence[str] | None = None) -> None:
     # events only, so this feedback is exactly as durable as the index).
     feedback = kafka.source(cfg.topic("index"), "frontier", bounded=args.bounded,
                             ingestion_time=True)
-    records = discovered.union(completions, feedback) \
+    # Operators' commands to one host (crawl host ..., crawl url show): applied by the
+    # host's owner, in its keyed state; replayed from the checkpoint like any input.
+    control = kafka.source(cfg.topic("control"), "frontier", bounded=args.bounded,
+                           ingestion_time=True)
+    records = discovered.union(completions, feedback, control) \
         .process(Intake(dict(cfg.data)),
                  output_type=HOST_INPUT).uid("frontier-intake").name("decode and normalize")
     # The crawl clock: its watermark fires the hosts' event-time timers even when no
@@ -86,6 +91,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     # exactly-once: unique per (url_id, url_version).
     kafka.sink(frontier, cfg.topic("leases"), exactly_once=False)
     kafka.sink(frontier.get_side_output(DISCOVERED), cfg.topic("discovered"),
+               exactly_once=False)
+    # Replies at once: the CLI waits for them; a replayed command is answered again.
+    kafka.sink(frontier.get_side_output(REPLIES), cfg.topic("control_replies"),
                exactly_once=False)
     kafka.sink(index, cfg.topic("index"), exactly_once=True,
                transactional_id_prefix=f"frontier-{cfg.topic('index')}")

@@ -37,6 +37,8 @@ TOPIC_SCHEMAS: dict[str, str] = {
     "completions": "completion",
     "index": "index_event",
     "deadletter": "dead_letter",
+    "control": "host_command",
+    "control_replies": "host_reply",
 }
 STATE_SCHEMAS = ("url_state", "host_state", "fetch_lease")
 

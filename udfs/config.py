@@ -25,7 +25,8 @@ DEFAULTS_PATH = Path(__file__).with_name("crawler-default.yaml")
 ENV_PREFIX = "CRAWL__"
 ENV_CONFIG_FILE = "CRAWL_CONFIG"
 
-TOPIC_KEYS = ("discovered", "leases", "completions", "index", "deadletter")
+TOPIC_KEYS = ("discovered", "leases", "completions", "index", "deadletter", "control",
+              "control_replies")
 
 
 class ConfigError(ValueError):
@@ -417,3 +418,21 @@ def load_config(
         if not check(data):
             raise ConfigError(message)
     return Config(data)
+
+
+def host_policy_settings(pairs: Mapping[str, str], source: str = "a host command"
+                         ) -> dict[str, Any]:
+    """One host's policy overrides (`crawl host set HOST politeness.min_gap_s=3 ...`, and
+    the frontier reading the command back): `politeness.<key>` (or `<key>`) to a value
+    written as in YAML, checked by the same type and range rules as the configuration
+    file. Returns {key: typed value}; ConfigError names the first bad one."""
+    defaults = load_defaults()["politeness"]
+    out: dict[str, Any] = {}
+    for raw_key, text in pairs.items():
+        key = raw_key.removeprefix("politeness.")
+        if key not in defaults or key == "policy_version":
+            raise ConfigError(f"{raw_key}: not a per-host policy key; those are "
+                              + ", ".join(f"politeness.{k}" for k in defaults))
+        out[key] = _check_value(f"politeness.{key}", defaults[key],
+                                _parse_scalar(str(text), source), source)
+    return out

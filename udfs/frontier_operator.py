@@ -31,8 +31,9 @@ from pyflink.datastream import KeyedProcessFunction, OutputTag, ProcessFunction
 from pyflink.datastream.state import MapStateDescriptor, ValueStateDescriptor
 
 from udfs.avro import AvroDecodeError, registry
-from udfs.config import Config
+from udfs.config import Config, ConfigError, host_policy_settings
 from udfs.core.addresses import AddressPolicy
+from udfs.core.control import Command, HostCommand, apply_command
 from udfs.core.fingerprints import band_keys, from_signed64, hamming
 from udfs.core.frontier import Acceptance, FrontierConfig, HostFrontier
 from udfs.core.recrawl import Dup
@@ -59,6 +60,7 @@ INDEX_INPUT = Types.ROW_NAMED(["body_key", "event"], [Types.STRING(),
 TICK = "T"  # HOST_INPUT kind of a crawl-clock tick
 DEAD_LETTERS = OutputTag("dead-letters", ROW_KEY_VALUE)
 DISCOVERED = OutputTag("discovered", ROW_KEY_VALUE)
+REPLIES = OutputTag("control-replies", ROW_KEY_VALUE)
 INDEX = OutputTag("index", INDEX_INPUT)
 
 
@@ -143,6 +145,7 @@ class Intake(ProcessFunction):
         self.discovered_topic = cfg.topic("discovered")
         self.completions_topic = cfg.topic("completions")
         self.index_topic = cfg.topic("index")
+        self.control_topic = cfg.topic("control")
         self.url_policy = UrlPolicy.from_names(cfg["urls.drop_query_params"])
         self.address_policy = AddressPolicy.from_networks(cfg["fetch.allowed_networks"])
         self.reg = registry()
@@ -165,8 +168,8 @@ class Intake(ProcessFunction):
 
     def process_element(self, row, ctx):
         topic = row[2]
-        schema = {self.discovered_topic: "discovered",
-                  self.index_topic: "index_event"}.get(topic, "completion")
+        schema = {self.discovered_topic: "discovered", self.index_topic: "index_event",
+                  self.control_topic: "host_command"}.get(topic, "completion")
         try:
             record = self.reg.decode(schema, bytes(row[1]))
         except AvroDecodeError as exc:
@@ -174,6 +177,9 @@ class Intake(ProcessFunction):
             return
         if schema == "completion":
             yield Row(record["host_key"], "C", pickle.dumps(record))
+            return
+        if schema == "host_command":  # an operator's command, to the host's owner
+            yield Row(record["host_key"], "K", pickle.dumps(record))
             return
         if schema == "index_event":  # the index's duplicate checks, back to the URL's owner
             feedback = duplicate_feedback(record)
@@ -279,9 +285,14 @@ class FrontierFunction(KeyedProcessFunction):
         if row[1] == TICK:  # the clock's own records: only their watermarks matter
             return
         now = crawl_now(ctx.timer_service().current_watermark())
+        payload = pickle.loads(row[2])
+        if row[1] == "K" and payload["command"] in ("SHOW", "SHOW_URL") and \
+                row[0] not in self.cache and self.host_state.value() is None:
+            # A question about a host this crawl does not know: answered, no state made.
+            yield REPLIES, self._control(HostFrontier(row[0], self.cfg), payload, now)
+            return
         h = self._host(row[0])
         before = len(h.urls)
-        payload = pickle.loads(row[2])
         if row[1] == "D":
             for link in payload:
                 h.discover(link["url"], now, depth=link["depth"], priority=link["priority"],
@@ -291,6 +302,8 @@ class FrontierFunction(KeyedProcessFunction):
         elif row[1] == "F":
             h.duplicate(payload["url_id"], payload["url_version"], Dup(payload["dup"]),
                         payload["new_page"], now)
+        elif row[1] == "K":
+            yield REPLIES, self._control(h, payload, now)
         else:
             completion = payload
             result = h.complete(fetch_result(completion), now)
@@ -305,6 +318,23 @@ class FrontierFunction(KeyedProcessFunction):
                     yield DISCOVERED, Row(host_key.encode(),
                                           self.reg.encode("discovered", rec, check=False))
         yield from self._finish(h, before, now, ctx)
+
+    def _control(self, h: HostFrontier, record: dict[str, Any], now: float) -> Row:
+        """Apply an operator's command (udfs/core/control.py) and encode the reply."""
+        import json
+
+        try:
+            settings = host_policy_settings(record["settings"]) if record["settings"] else {}
+            reply = apply_command(h, HostCommand(
+                record["command_id"], record["host_key"], Command(record["command"]),
+                record["version"], settings, record["url"]), now, self.cfg.host)
+            ok, applied, error, detail = reply.ok, reply.applied, reply.error, reply.detail
+        except (ConfigError, ValueError) as exc:  # refused: the host is unchanged
+            ok, applied, error, detail = False, False, str(exc), {}
+        return Row(record["command_id"].encode(), self.reg.encode("host_reply", {
+            "command_id": record["command_id"], "host_key": h.host_key, "ok": ok,
+            "applied": applied, "error": error, "detail_json": json.dumps(detail, default=str),
+            "replied_at_ms": ms(now)}))
 
     def on_timer(self, timestamp: int, ctx):
         now = crawl_now(timestamp)

@@ -71,6 +71,8 @@ from udfs.core.robots import (
 from udfs.core.traps import DAY_S, DailyBudget, TemplateBudget, TrapPolicy, check_url
 from udfs.core.urls import split_host_key
 
+RECENT_OUTCOMES = 8  # the last fetch outcomes a host keeps, for `crawl host show`
+
 
 class UrlStatus(StrEnum):
     QUEUED = "QUEUED"  # new, or waiting for a retry / re-lease
@@ -293,6 +295,11 @@ class HostFrontier:
         self.backoff_exponent = 0
         self.allowance = 1.0
         self.dup_share = 0.0  # of its recent new pages, the share that were duplicates
+        # An operator's controls (udfs/core/control.py): a paused host gets no new lease;
+        # control_version is the newest command applied (replays change nothing).
+        self.paused = False
+        self.control_version = 0
+        self.recent: list[tuple[float, str, str, int | None]] = []  # (at, kind, outcome, status)
         self.in_flight: dict[str, Lease] = {}
         self.budget = DailyBudget()
         self.templates = TemplateBudget()
@@ -604,7 +611,8 @@ class HostFrontier:
         return max(self._next_start(now), self.backoff_until)
 
     def _tokens_free(self, now: float) -> bool:
-        return (now >= self.backoff_until and len(self.in_flight) < self._lease_limit() and
+        return (not self.paused and now >= self.backoff_until and
+                len(self.in_flight) < self._lease_limit() and
                 self._next_start(now) <= now + self.cfg.lookahead_s)
 
     def _new_lease(self, now: float, lease_id: str, url_id: str, version: int, attempt: int,
@@ -713,7 +721,7 @@ class HostFrontier:
     def next_wake(self, now: float) -> float | None:
         """When this host next needs attention (a grant may be possible, or a lease expires)."""
         times = [lease.expires_at for lease in self.in_flight.values()]
-        if len(self.in_flight) < self._lease_limit():
+        if not self.paused and len(self.in_flight) < self._lease_limit():
             want: float | None
             if self.robots_lease is None and self.robots_follow is not None:
                 want = now
@@ -747,6 +755,8 @@ class HostFrontier:
         ended = now if r.fetched_at is None else min(now, r.fetched_at)
         self.plan_at = max(self.plan_at, ended + self.gap_s(r.fetch_duration_s))
         self.last_duration_s = r.fetch_duration_s
+        self.recent = [*self.recent[-(RECENT_OUTCOMES - 1):],
+                       (now, r.kind.value, r.outcome.value, r.http_status)]
         self._host_signal(r, now)
         if r.kind is Kind.ROBOTS:
             return self._complete_robots(r, lease, now)
@@ -947,7 +957,8 @@ class HostFrontier:
             "plan_at": self.plan_at, "heads_only": self.heads_only,
             "throttles": self.throttles, "last_duration_s": self.last_duration_s,
             "backoff_exponent": self.backoff_exponent, "allowance": self.allowance,
-            "dup_share": self.dup_share,
+            "dup_share": self.dup_share, "paused": self.paused,
+            "control_version": self.control_version, "recent": list(self.recent),
             "in_flight": {k: _fields_of(v) for k, v in self.in_flight.items()},
             "budget": _fields_of(self.budget),
             "templates": {"day": self.templates.day, "counts": dict(self.templates.counts)},
@@ -1003,6 +1014,8 @@ class HostFrontier:
         h.throttles, h.last_duration_s = snap["throttles"], snap["last_duration_s"]
         h.backoff_exponent, h.allowance = snap["backoff_exponent"], snap["allowance"]
         h.dup_share = snap["dup_share"]
+        h.paused, h.control_version = snap["paused"], snap["control_version"]
+        h.recent = [tuple(r) for r in snap["recent"]]
         h.in_flight = {k: _from_fields(Lease, v, added, "in_flight")
                        for k, v in snap["in_flight"].items()}
         h.budget = replace(_from_fields(DailyBudget, snap["budget"], added, "budget"))
