@@ -44,6 +44,12 @@ module "manifests" {
   kafka_version           = var.kafka_version
   settings                = local.settings
   prometheus_port         = var.prometheus_port
+
+  # Generated and tested in infra/monitoring (see its README).
+  grafana_dashboard_json      = file("${path.module}/../monitoring/crawler-dashboard.json")
+  alert_rules_yaml            = file("${path.module}/../monitoring/alerts.yml")
+  grafana_dashboard_namespace = var.grafana_dashboard_namespace
+  prometheus_rule_labels      = var.prometheus_rule_labels
 }
 
 resource "kubernetes_namespace_v1" "crawler" {
@@ -271,4 +277,18 @@ resource "kubernetes_manifest" "pod_monitor" {
       podMetricsEndpoints = [{ port = "metrics", interval = "30s" }]
     }
   }
+}
+
+# -- dashboard and alerts (infra/monitoring) ----------------------------------
+
+resource "kubernetes_manifest" "grafana_dashboard" {
+  count      = var.grafana_dashboard ? 1 : 0
+  manifest   = module.manifests.grafana_dashboard
+  depends_on = [kubernetes_namespace_v1.crawler]
+}
+
+resource "kubernetes_manifest" "prometheus_rule" {
+  count      = var.prometheus_rules ? 1 : 0
+  manifest   = module.manifests.prometheus_rule
+  depends_on = [kubernetes_namespace_v1.crawler]
 }

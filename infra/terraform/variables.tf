@@ -381,3 +381,27 @@ variable "create_pod_monitor" {
   type        = bool
   default     = false
 }
+
+variable "grafana_dashboard" {
+  description = "Create a ConfigMap with the crawl's Grafana dashboard (infra/monitoring/crawler-dashboard.json), labelled grafana_dashboard = \"1\" for Grafana's dashboard sidecar."
+  type        = bool
+  default     = true
+}
+
+variable "grafana_dashboard_namespace" {
+  description = "Namespace of the dashboard's ConfigMap: the one Grafana's sidecar watches (its own, unless searchNamespace says otherwise). Empty: the crawler's namespace."
+  type        = string
+  default     = ""
+}
+
+variable "prometheus_rules" {
+  description = "Create a PrometheusRule (Prometheus Operator CRD) with the crawl's alert rules (infra/monitoring/alerts.yml). Needs the CRD, like create_pod_monitor."
+  type        = bool
+  default     = false
+}
+
+variable "prometheus_rule_labels" {
+  description = "Extra labels of the PrometheusRule, to match the Prometheus's ruleSelector (kube-prometheus-stack: release = <its release name>)."
+  type        = map(string)
+  default     = {}
+}

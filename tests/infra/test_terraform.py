@@ -28,6 +28,7 @@ ROOT = Path(__file__).resolve().parents[2]
 TF = ROOT / "infra" / "terraform"
 MODULE = TF / "modules" / "manifests"
 DOCKERFILE = ROOT / "infra" / "image" / "Dockerfile"
+MONITORING = ROOT / "infra" / "monitoring"
 CHECKOV = ROOT / ".cache" / "checkov" / "bin" / "checkov"
 APP_DIR = "/opt/crawler"
 
@@ -107,11 +108,14 @@ def render(tmp_path: Path, tfvars: Path, extra: dict[str, Any] | None = None) ->
             if b.startswith(("locals {", 'module "manifests" {'))]
     assert len(kept) == 2, "main.tf must keep one locals block and the manifests module call"
     wiring = "".join(kept).replace('"./modules/manifests"', json.dumps(str(MODULE)))
+    wiring = wiring.replace("${path.module}", str(TF))  # files it reads beside the root
     (harness / "main.tf").write_text(wiring + """
 output "deployments" { value = module.manifests.deployments }
 output "settings" { value = module.manifests.settings }
 output "kafka_topics" { value = module.manifests.kafka_topics }
 output "kafka_cluster" { value = module.manifests.kafka_cluster }
+output "grafana_dashboard" { value = module.manifests.grafana_dashboard }
+output "prometheus_rule" { value = module.manifests.prometheus_rule }
 """)
     cli = terraform(harness)
     r = cli.init()
@@ -387,3 +391,61 @@ def test_image_and_terraform_agree_with_the_project_s_versions():
     major, minor = flink.split(".")[:2]
     module_vars = blocks(parse(MODULE / "variables.tf"), "variable")
     assert unquote(module_vars["flink_version"]["default"]) == f"v{major}_{minor}"
+
+
+# -- dashboard and alert rules (infra/monitoring) -------------------------------------
+
+
+def test_the_dashboard_config_map_carries_the_committed_json_and_the_sidecar_label(rendered):
+    cm = rendered["grafana_dashboard"]
+    assert (cm["apiVersion"], cm["kind"]) == ("v1", "ConfigMap")
+    assert cm["metadata"]["labels"]["grafana_dashboard"] == "1"
+    assert cm["metadata"]["namespace"] == "crawler"
+    (name, text) = next(iter(cm["data"].items()))
+    assert name.endswith(".json") and len(cm["data"]) == 1
+    assert text == (MONITORING / "crawler-dashboard.json").read_text()
+    assert json.loads(text)["uid"] == "crawler-overview"
+
+
+def test_the_prometheus_rule_is_alerts_yml(rendered):
+    import yaml
+
+    rule = rendered["prometheus_rule"]
+    assert (rule["apiVersion"], rule["kind"]) == ("monitoring.coreos.com/v1", "PrometheusRule")
+    assert rule["metadata"]["namespace"] == "crawler"
+    assert rule["spec"] == yaml.safe_load((MONITORING / "alerts.yml").read_text())
+    alerts = [r["alert"] for g in rule["spec"]["groups"] for r in g["rules"]]
+    assert "CrawlerPolitenessBreach" in alerts and len(alerts) == 6
+
+
+def test_dashboard_namespace_and_rule_labels_reach_the_manifests(tmp_path):
+    out = render(tmp_path, TF / "example.tfvars",
+                 {"grafana_dashboard_namespace": "monitoring",
+                  "prometheus_rule_labels": {"release": "kube-prometheus-stack"}})
+    assert out["grafana_dashboard"]["metadata"]["namespace"] == "monitoring"
+    labels = out["prometheus_rule"]["metadata"]["labels"]
+    assert labels["release"] == "kube-prometheus-stack"
+    assert labels["app.kubernetes.io/part-of"] == "crawler"
+
+
+def test_the_root_deploys_dashboard_and_rules_behind_their_switches():
+    variables = root_variables()
+    for name, default in [("grafana_dashboard", True), ("prometheus_rules", False),
+                          ("create_pod_monitor", False)]:
+        assert variables[name]["type"] == "bool", name
+        assert variables[name]["default"] is default, name
+    resources = blocks(parse(TF / "main.tf"), "resource")
+    for resource, switch, output in [
+            ("kubernetes_manifest.grafana_dashboard", "grafana_dashboard", "grafana_dashboard"),
+            ("kubernetes_manifest.prometheus_rule", "prometheus_rules", "prometheus_rule")]:
+        body = resources[resource]
+        assert body["count"] == f"${{var.{switch} ? 1 : 0}}", resource
+        assert body["manifest"] == f"${{module.manifests.{output}}}", resource
+        assert "${kubernetes_namespace_v1.crawler}" in body["depends_on"], resource
+    # The module gets both files from beside the root (what the harness evaluates).
+    (call,) = blocks(parse(TF / "main.tf"), "module").values()
+    for arg, name in [("grafana_dashboard_json", "crawler-dashboard.json"),
+                      ("alert_rules_yaml", "alerts.yml")]:
+        assert call[arg] == f'${{file("${{path.module}}/../monitoring/{name}")}}', arg
+        assert (TF / ".." / "monitoring" / name).resolve() == MONITORING / name
+        assert (MONITORING / name).is_file()

@@ -22,3 +22,13 @@ output "kafka_cluster" {
   description = "Strimzi Kafka manifest."
   value       = local.kafka_cluster
 }
+
+output "grafana_dashboard" {
+  description = "ConfigMap manifest of the crawl's Grafana dashboard (label grafana_dashboard = \"1\" for Grafana's sidecar)."
+  value       = local.grafana_dashboard
+}
+
+output "prometheus_rule" {
+  description = "PrometheusRule manifest of the crawl's alert rules (infra/monitoring/alerts.yml)."
+  value       = local.prometheus_rule
+}

@@ -144,3 +144,25 @@ variable "prometheus_port" {
   type        = number
   default     = 9249
 }
+
+variable "grafana_dashboard_json" {
+  description = "The Grafana dashboard's JSON (infra/monitoring/crawler-dashboard.json)."
+  type        = string
+}
+
+variable "alert_rules_yaml" {
+  description = "The Prometheus rule file of the crawl's alerts (infra/monitoring/alerts.yml)."
+  type        = string
+}
+
+variable "grafana_dashboard_namespace" {
+  description = "Namespace of the dashboard's ConfigMap (Grafana's sidecar watches its own namespace unless told otherwise); empty: the crawler's namespace."
+  type        = string
+  default     = ""
+}
+
+variable "prometheus_rule_labels" {
+  description = "Extra labels of the PrometheusRule, for the Prometheus's ruleSelector (kube-prometheus-stack selects release = <its release name>)."
+  type        = map(string)
+  default     = {}
+}
