@@ -43,7 +43,7 @@ def send_command(cfg: Config, host_key: str, command: str, *, settings: dict[str
     reg = registry()
     now_ms = int(time.time() * 1000)
     command_id = f"c-{now_ms}-{os.getpid()}-{next(_seq)}"
-    replies = cfg.topic("control_replies")
+    replies = cfg.topic("replies")
     consumer = KafkaConsumer(bootstrap_servers=cfg["kafka.bootstrap_servers"],
                              enable_auto_commit=False, consumer_timeout_ms=200,
                              request_timeout_ms=cfg["kafka.request_timeout_ms"])

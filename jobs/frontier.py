@@ -93,7 +93,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     kafka.sink(frontier.get_side_output(DISCOVERED), cfg.topic("discovered"),
                exactly_once=False)
     # Replies at once: the CLI waits for them; a replayed command is answered again.
-    kafka.sink(frontier.get_side_output(REPLIES), cfg.topic("control_replies"),
+    kafka.sink(frontier.get_side_output(REPLIES), cfg.topic("replies"),
                exactly_once=False)
     kafka.sink(index, cfg.topic("index"), exactly_once=True,
                transactional_id_prefix=f"frontier-{cfg.topic('index')}")

@@ -38,7 +38,7 @@ TOPIC_SCHEMAS: dict[str, str] = {
     "index": "index_event",
     "deadletter": "dead_letter",
     "control": "host_command",
-    "control_replies": "host_reply",
+    "replies": "host_reply",
 }
 STATE_SCHEMAS = ("url_state", "host_state", "fetch_lease")
 

@@ -26,7 +26,7 @@ ENV_PREFIX = "CRAWL__"
 ENV_CONFIG_FILE = "CRAWL_CONFIG"
 
 TOPIC_KEYS = ("discovered", "leases", "completions", "index", "deadletter", "control",
-              "control_replies")
+              "replies")
 
 
 class ConfigError(ValueError):

@@ -32,6 +32,8 @@ topics = {
   completions = { partitions = 64, retention_ms = 604800000 }
   index       = { partitions = 32, retention_ms = 2592000000 }
   deadletter  = { partitions = 4, retention_ms = -1 }
+  control     = { partitions = 4, retention_ms = 604800000 }
+  replies     = { partitions = 1, retention_ms = 86400000 }
 }
 
 crawl_settings = {

@@ -277,7 +277,7 @@ variable "kafka_storage_size" {
 }
 
 variable "topic_prefix" {
-  description = "Topic names are <topic_prefix>.<stream>; streams: discovered, leases, completions, index, deadletter."
+  description = "Topic names are <topic_prefix>.<stream>; streams: discovered, leases, completions, index, deadletter, control, replies."
   type        = string
   default     = "crawl"
 
@@ -299,11 +299,13 @@ variable "topics" {
     completions = { partitions = 64, retention_ms = 604800000 }
     index       = { partitions = 32, retention_ms = 2592000000 }
     deadletter  = { partitions = 4, retention_ms = -1 }
+    control     = { partitions = 4, retention_ms = 604800000 }
+    replies     = { partitions = 1, retention_ms = 86400000 }
   }
 
   validation {
-    condition     = toset(keys(var.topics)) == toset(["discovered", "leases", "completions", "index", "deadletter"])
-    error_message = "topics must have exactly the streams discovered, leases, completions, index and deadletter."
+    condition     = toset(keys(var.topics)) == toset(["discovered", "leases", "completions", "index", "deadletter", "control", "replies"])
+    error_message = "topics must have exactly the streams discovered, leases, completions, index, deadletter, control and replies."
   }
   validation {
     condition     = alltrue([for t in values(var.topics) : t.partitions >= 1 && (t.retention_ms == -1 || t.retention_ms >= 3600000)])

@@ -1,5 +1,5 @@
 locals {
-  streams = ["discovered", "leases", "completions", "index", "deadletter"]
+  streams = ["discovered", "leases", "completions", "index", "deadletter", "control", "replies"]
 
   # The job files, relative to app_dir: the same files `python -m jobs.<name>` runs locally.
   job_files = {
