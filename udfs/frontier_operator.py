@@ -22,6 +22,7 @@ import logging
 import math
 import pickle
 import time
+import uuid
 from collections import OrderedDict
 from dataclasses import replace
 from typing import Any
@@ -35,7 +36,7 @@ from udfs.config import Config, ConfigError, host_policy_settings
 from udfs.core.addresses import AddressPolicy
 from udfs.core.control import Command, HostCommand, apply_command
 from udfs.core.fingerprints import band_keys, from_signed64, hamming
-from udfs.core.frontier import Acceptance, FrontierConfig, HostFrontier
+from udfs.core.frontier import GAUGES, Acceptance, FrontierConfig, HostFrontier, Kind
 from udfs.core.recrawl import Dup
 from udfs.core.traps import DailyBudget
 from udfs.core.urls import UrlPolicy, split_host_key
@@ -85,6 +86,14 @@ def crawl_now(watermark_ms: int) -> float:
 # leases granted at most that long after their URL came due (cumulative, so that
 # histogram_quantile() reads percentiles off them).
 LAG_BUCKETS_S = (1, 5, 30, 60, 300, 600, 1800, 3600, 21600, 86400)
+# The age of the robots.txt a page lease was granted under (robots.cache_ttl_s bounds it).
+ROBOTS_AGE_BUCKETS_S = (60, 600, 3600, 21600, 86400, 172800)
+
+
+def _histogram(group, name: str, buckets: tuple[float, ...]) -> list[tuple[float, Any]]:
+    """Cumulative bucket counters {le} (+Inf included) of a Prometheus-style histogram."""
+    return [(b, group.add_group("le", "+Inf" if b == math.inf else str(b))
+             .counter(f"{name}_bucket")) for b in (*buckets, math.inf)]
 
 
 class FrontierMetrics:
@@ -100,10 +109,14 @@ class FrontierMetrics:
         self.lag_count: dict[bool, Any] = {}
         for high, name in ((True, "high"), (False, "normal")):
             cls = group.add_group("priority_class", name)
-            self.lag[high] = [(b, cls.add_group("le", "+Inf" if b == math.inf else str(b))
-                               .counter("eligibility_lag_seconds_bucket"))
-                              for b in (*LAG_BUCKETS_S, math.inf)]  # +Inf: every lease
+            self.lag[high] = _histogram(cls, "eligibility_lag_seconds", LAG_BUCKETS_S)
             self.lag_count[high] = cls.counter("eligibility_lag_seconds_count")
+        self.robots_age = _histogram(group, "robots_age_seconds", ROBOTS_AGE_BUCKETS_S)
+        self.robots_age_count = group.counter("robots_age_seconds_count")
+        # The frontier's size (udfs/core/frontier.py GAUGES): counters moved up and down
+        # by each host's change, so they read as gauges (Flink exports counters as such).
+        self.size = [group.counter(name) for name in GAUGES]
+        self.epoch = uuid.uuid4().hex  # this incarnation: counts restart from zero
 
     def event(self, name: str) -> None:
         counter = self.events.get(name)
@@ -114,9 +127,28 @@ class FrontierMetrics:
 
     def leased(self, lag_s: float, high_value: bool) -> None:
         self.lag_count[high_value].inc()
-        for bound, counter in self.lag[high_value]:
-            if lag_s <= bound:
-                counter.inc()
+        _observe(self.lag[high_value], lag_s)
+
+    def robots_aged(self, age_s: float) -> None:
+        self.robots_age_count.inc()
+        _observe(self.robots_age, age_s)
+
+    def sized(self, h: HostFrontier, now: float) -> None:
+        """Move the size gauges by what changed in this host since it was last counted
+        by this incarnation (a host not counted yet adds its whole share)."""
+        new = h.gauges(now)
+        old = h.counted[1] if h.counted is not None and h.counted[0] == self.epoch else \
+            (0,) * len(new)
+        for counter, was, now_is in zip(self.size, old, new, strict=True):
+            if was != now_is:
+                counter.inc(now_is - was)
+        h.counted = (self.epoch, new)
+
+
+def _observe(buckets: list[tuple[float, Any]], value: float) -> None:
+    for bound, counter in buckets:
+        if value <= bound:
+            counter.inc()
 
 
 def parallel_subtasks(ctx) -> int:
@@ -253,7 +285,8 @@ class FrontierFunction(KeyedProcessFunction):
         self.cached_urls += len(h.urls)
         return h
 
-    def _save(self, h: HostFrontier, before: int) -> None:
+    def _save(self, h: HostFrontier, before: int, now: float) -> None:
+        self.metrics.sized(h, now)
         self.host_state.update(h.save(self.url_state, self.resident, self.segments))
         self.cached_urls += len(h.urls) - before
         # Bounded by hosts and by URLs; a dropped host's state is already in Flink.
@@ -268,9 +301,11 @@ class FrontierFunction(KeyedProcessFunction):
             lease = h.poll(now, self.fetch_budget)
             if lease is None:
                 break
+            if lease.kind is not Kind.ROBOTS and h.robots.fetched_at is not None:
+                self.metrics.robots_aged(now - h.robots.fetched_at)
             yield Row(h.host_key.encode(), self.reg.encode("lease", lease_record(lease),
                                                            check=False))
-        self._save(h, before)
+        self._save(h, before, now)
         wake = h.next_wake(now)
         if wake is None:
             return

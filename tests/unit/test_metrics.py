@@ -100,6 +100,48 @@ def test_the_frontier_counts_its_events_and_the_eligibility_lag(world):  # noqa:
     assert m.read("eligibility_lag_seconds_bucket", priority_class="high", le="5") == 2
 
 
+def test_the_frontier_size_gauges_follow_each_host_and_restart_from_zero(world):  # noqa: F811
+    from .test_config_keys import Answer, _Metrics
+
+    cfg = load_config(env={})
+    other = "http://b.test"
+    throttled = {"n": 0}
+
+    def respond(lease, job):  # b.test answers its first page with a long 429
+        if lease["url"].startswith(other) and throttled["n"] == 0:
+            throttled["n"] += 1
+            return Answer("THROTTLED", 429, retry_after="600")
+        return Answer()
+
+    job = crawl(cfg, world, [seeds("/", "/a", "/b"), seeds("/", "/x", host=other)], 20,
+                respond=respond)
+    m = job.runtime.metrics
+    assert m.read("frontier_hosts") == 2
+    # Known URLs not leased: a.test's three are fetched (waiting for their revisit),
+    # b.test's two wait out the backoff; no lease is out once the answers are in.
+    assert m.read("frontier_urls_pending") == 5
+    assert m.read("frontier_hosts_backoff") == 1 and m.read("frontier_urls_cold") == 0
+    assert m.read("frontier_hosts_robots_blocked") == 0 == m.read("frontier_hosts_paused")
+    # Every page lease saw a robots.txt fetched within the minute.
+    pages = len(job.grants())
+    assert m.read("robots_age_seconds_count") == pages == \
+        m.read("robots_age_seconds_bucket", le="60")
+    # The backoff ends: the host's timer moves the gauge back.
+    with job.clock():
+        job.run(700)
+    assert m.read("frontier_hosts_backoff") == 0
+    # A restart: Flink's counters start from zero, and each host adds its share once
+    # when it is next touched (not twice: it was counted by the earlier incarnation).
+    job.runtime.metrics = _Metrics()
+    job.fn.open(job.runtime)
+    with job.clock():
+        job.discover([H + "/c"])
+        job.discover([other + "/y"])
+        job.discover([H + "/d"])
+    m = job.runtime.metrics
+    assert m.read("frontier_hosts") == 2
+
+
 def test_the_intake_counts_dead_letters_by_reason(world):  # noqa: F811
     cfg = load_config(env={})
     job = FrontierJob(cfg, world)

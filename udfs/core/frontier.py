@@ -60,6 +60,7 @@ from udfs.core.robots import (
     RobotsFetch,
     RobotsPolicy,
     RobotsState,
+    RobotsStatus,
     RobotsTxt,
     Verdict,
     after_fetch,
@@ -71,6 +72,8 @@ from udfs.core.robots import (
 from udfs.core.traps import DAY_S, DailyBudget, TemplateBudget, TrapPolicy, check_url
 from udfs.core.urls import split_host_key
 
+GAUGES = ("frontier_hosts", "frontier_urls_pending", "frontier_urls_cold",
+          "frontier_hosts_backoff", "frontier_hosts_robots_blocked", "frontier_hosts_paused")
 RECENT_OUTCOMES = 8  # the last fetch outcomes a host keeps, for `crawl host show`
 
 
@@ -300,6 +303,9 @@ class HostFrontier:
         self.paused = False
         self.control_version = 0
         self.recent: list[tuple[float, str, str, int | None]] = []  # (at, kind, outcome, status)
+        # The operator's size gauges: what this host last added to them, and in which
+        # incarnation of the operator (after a restore the gauges start from zero).
+        self.counted: tuple[str, tuple[int, ...]] | None = None
         self.in_flight: dict[str, Lease] = {}
         self.budget = DailyBudget()
         self.templates = TemplateBudget()
@@ -403,6 +409,15 @@ class HostFrontier:
         """URLs waiting in the queue (not leased), resident or cold."""
         cold = len(self.cold) if self.big and self.cold is not None else 0
         return cold + sum(1 for u in self.urls.values() if u.status is not UrlStatus.LEASED)
+
+    def gauges(self, now: float) -> tuple[int, ...]:
+        """This host's share of the frontier's size gauges, in `GAUGES` order: itself, its
+        URLs not leased (resident or cold), those in the cold queue, and whether it is in
+        backoff, blocked by robots.txt 5xx (no earlier copy), paused. O(leases out)."""
+        cold = len(self.cold) if self.big and self.cold is not None else 0
+        pages_out = sum(1 for lease in self.in_flight.values() if lease.kind is not Kind.ROBOTS)
+        return (1, len(self.urls) + cold - pages_out, cold, int(self.backoff_until > now),
+                int(self.robots.status is RobotsStatus.DISALLOW_ALL), int(self.paused))
 
     # -- bounded memory ---------------------------------------------------------
 
@@ -959,6 +974,7 @@ class HostFrontier:
             "backoff_exponent": self.backoff_exponent, "allowance": self.allowance,
             "dup_share": self.dup_share, "paused": self.paused,
             "control_version": self.control_version, "recent": list(self.recent),
+            "counted": self.counted,
             "in_flight": {k: _fields_of(v) for k, v in self.in_flight.items()},
             "budget": _fields_of(self.budget),
             "templates": {"day": self.templates.day, "counts": dict(self.templates.counts)},
@@ -1016,6 +1032,8 @@ class HostFrontier:
         h.dup_share = snap["dup_share"]
         h.paused, h.control_version = snap["paused"], snap["control_version"]
         h.recent = [tuple(r) for r in snap["recent"]]
+        h.counted = None if snap["counted"] is None else \
+            (snap["counted"][0], tuple(snap["counted"][1]))
         h.in_flight = {k: _from_fields(Lease, v, added, "in_flight")
                        for k, v in snap["in_flight"].items()}
         h.budget = replace(_from_fields(DailyBudget, snap["budget"], added, "budget"))
