@@ -328,12 +328,16 @@ def _cmd_host(args: argparse.Namespace) -> int:
     def render(reply: dict) -> None:
         if args.action != "show":
             done = "done" if reply["applied"] else "already in effect (not applied again)"
-            print(f"{args.action} {host_key}: {done}")
+            kept = "kept in a checkpoint" if reply.get("durable") else (
+                f"not in a checkpoint within {args.timeout:.0f} s: a restore before the "
+                "next one replays it from the control topic")
+            print(f"{args.action} {host_key}: {done}; {kept}")
         print(render_host(reply["detail"]))
 
     args.render = render
     settings = dict(s.split("=", 1) for s in args.settings) if args.action == "set" else None
-    return _control(args, host_key, args.action.upper(), settings=settings)
+    return _control(args, host_key, args.action.upper(), settings=settings,
+                    durable=args.action != "show")
 
 
 def _cmd_url(args: argparse.Namespace) -> int:

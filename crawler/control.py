@@ -34,10 +34,16 @@ def host_key_of(text: str) -> str | None:
 
 
 def send_command(cfg: Config, host_key: str, command: str, *, settings: dict[str, str]
-                 | None = None, url: str | None = None, timeout_s: float = 30.0
-                 ) -> dict[str, Any]:
+                 | None = None, url: str | None = None, timeout_s: float = 30.0,
+                 durable: bool = False) -> dict[str, Any]:
     """Send one HostCommand and wait for its HostReply; the reply as a dict with its
-    detail decoded. NoReply if none comes within `timeout_s`."""
+    detail decoded. NoReply if none comes within `timeout_s`.
+
+    `durable`: also wait (within the same time) until the frontier has committed a
+    checkpoint taken after the command — its Kafka source commits the control topic's
+    offset past it then — and say in reply["durable"] whether it did. Before that, a
+    restore replays the command from the topic, but the host may act for a moment on
+    its older state first; after it, never."""
     from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
     reg = registry()
@@ -58,23 +64,46 @@ def send_command(cfg: Config, host_key: str, command: str, *, settings: dict[str
         consumer.seek_to_end(*tps)
         for tp in tps:  # resolve the end now: a reply after this point is ours to read
             consumer.position(tp)
-        producer.send(cfg.topic("control"), reg.encode("host_command", {
+        sent = producer.send(cfg.topic("control"), reg.encode("host_command", {
             "command_id": command_id, "host_key": host_key, "command": command,
             "version": now_ms, "settings": dict(settings or {}), "url": url,
-            "issued_at_ms": now_ms}), key=host_key.encode())
-        producer.flush()
+            "issued_at_ms": now_ms}), key=host_key.encode()).get(timeout_s)
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             for m in consumer:
                 rec = reg.decode("host_reply", m.value)
                 if rec["command_id"] == command_id:
                     rec["detail"] = json.loads(rec.pop("detail_json") or "{}")
+                    if durable:
+                        rec["durable"] = _wait_committed(
+                            cfg, TopicPartition(sent.topic, sent.partition), sent.offset,
+                            deadline)
                     return rec
         raise NoReply(f"no reply from the frontier in {timeout_s:.0f} s (command sent to "
                       f"{cfg.topic('control')}): is the frontier job running?")
     finally:
         producer.close()
         consumer.close()
+
+
+def _wait_committed(cfg: Config, tp, offset: int, deadline: float) -> bool:
+    """Has the frontier's consumer group committed past `offset` of `tp` (Flink commits
+    a source's offsets when a checkpoint completes) before `deadline`?"""
+    from kafka.admin import KafkaAdminClient
+
+    admin = KafkaAdminClient(bootstrap_servers=cfg["kafka.bootstrap_servers"],
+                             request_timeout_ms=cfg["kafka.request_timeout_ms"])
+    group = f"{cfg['kafka.group_id_prefix']}.frontier"  # udfs/runtime.py KafkaIO.source
+    try:
+        while True:
+            committed = admin.list_group_offsets({group: [tp]}).get(group, {}).get(tp)
+            if committed is not None and committed.offset > offset:
+                return True
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.5)
+    finally:
+        admin.close()
 
 
 def _age(seconds: float | None) -> str:

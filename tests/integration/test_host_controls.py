@@ -69,12 +69,14 @@ def test_pause_set_resume_show_against_a_running_crawl(cfg, tmp_path):
         paused, slowed = wait_for(busy_hosts, 120, "two hosts with pages fetched")[:2]
         res = crawl_cli("host", "pause", paused, "--run", run_id)
         assert res.returncode == 0, res.stderr
-        assert f"pause {paused}: done" in res.stdout and "PAUSED" in res.stdout
+        assert f"pause {paused}: done; kept in a checkpoint" in res.stdout, res.stdout
+        assert "PAUSED" in res.stdout
         res = crawl_cli("host", "set", slowed, "politeness.min_gap_s=3", "--run", run_id,
                         "--json")
         assert res.returncode == 0, res.stderr
         reply = json.loads(res.stdout)
-        assert reply["applied"] and reply["detail"]["policy"]["min_gap_s"] == 3.0
+        assert reply["applied"] and reply["durable"]
+        assert reply["detail"]["policy"]["min_gap_s"] == 3.0
         assert reply["run_id"] == run_id
         commanded = time.monotonic()
         time.sleep(30)
@@ -90,7 +92,7 @@ def test_pause_set_resume_show_against_a_running_crawl(cfg, tmp_path):
         res = crawl_cli("host", "show", paused, "--run", run_id)
         assert res.returncode == 0, res.stderr
         assert "PAUSED" in res.stdout and "robots.txt: " in res.stdout
-        assert "last outcomes: OK 200" in res.stdout
+        assert "last outcomes: " in res.stdout and "OK 200 (page" in res.stdout
         res = crawl_cli("url", "show", paused + "/", "--run", run_id)
         assert res.returncode == 0, res.stderr
         assert "why: " in res.stdout
