@@ -16,6 +16,7 @@ from .test_config_keys import (  # noqa: F401  (world: the fixture)
     FetcherJob,
     FrontierJob,
     crawl,
+    p_cluster,
     seeds,
     world,
 )
@@ -201,3 +202,15 @@ def test_a_page_waiting_for_its_parse_is_in_the_backlog(world):  # noqa: F811
 
     assert asyncio.run(go()).outcome == "OK"
     assert max(seen) == 1 and job.runtime.metrics.read("parse_backlog") == 0
+
+
+# -- the session cluster's reporter -------------------------------------------------------
+
+def test_the_session_cluster_runs_the_reporter_on_its_port_range_unless_told_not_to(
+        world):  # noqa: F811
+    conf, _, _ = p_cluster(load_config(env={}), world)
+    assert conf["metrics.reporter.prom.port"] == "9260-9279"
+    assert conf["metrics.reporter.prom.factory.class"] == \
+        "org.apache.flink.metrics.prometheus.PrometheusReporterFactory"
+    off, _, _ = p_cluster(load_config(env={}, overrides=['cluster.metrics_ports=""']), world)
+    assert not any(k.startswith("metrics.reporter") for k in off)
