@@ -185,6 +185,13 @@ class Cluster:
             "env.log.dir": str(self.root / "client"),
             "env.java.opts.all": java_opts,
         }
+        if self.cfg["cluster.metrics_ports"]:
+            # Flink's Prometheus reporter, from the distribution's plugins folder
+            # (FLINK_PLUGINS_DIR, $FLINK_HOME/plugins/metrics-prometheus): each process
+            # takes the first free port of the range.
+            settings["metrics.reporter.prom.factory.class"] = \
+                "org.apache.flink.metrics.prometheus.PrometheusReporterFactory"
+            settings["metrics.reporter.prom.port"] = self.cfg["cluster.metrics_ports"]
         (conf / "config.yaml").write_text(
             "".join(f"{k}: {json.dumps(v) if isinstance(v, str) else v}\n"
                     for k, v in settings.items()))
@@ -203,6 +210,12 @@ class Cluster:
         self.root.mkdir(parents=True, exist_ok=True)
         self.prepare()
         timeout = self.cfg["local.ready_timeout_s"]
+        ports = self.cfg["cluster.metrics_ports"]
+        if ports:
+            first, last = map(int, ports.split("-"))
+            if last - first + 1 < taskmanagers + 1:  # Flink logs it and goes without
+                log(f"cluster.metrics_ports {ports} has fewer ports than the cluster's "
+                    f"{taskmanagers + 1} processes: some will run without a reporter")
         log(self.jobmanager.start(timeout))
         for tm in self.taskmanagers(taskmanagers):
             log(tm.start(timeout))

@@ -54,6 +54,14 @@ _TOPIC_NAME = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
 _HOST_PORT = re.compile(r"^[^\s:,]+:\d{1,5}$|^\[[0-9A-Fa-f:.]+\]:\d{1,5}$")
 
 
+def _port_range(v: str) -> str | None:
+    """A port range "first-last" of unprivileged ports (a single port: "first-first")."""
+    m = re.fullmatch(r"(\d{4,5})-(\d{4,5})", v)
+    if m is None or not 1024 <= int(m.group(1)) <= int(m.group(2)) <= 65535:
+        return 'must be "" or a port range "first-last" within 1024-65535'
+    return None
+
+
 def _topic_name(v: str) -> str | None:
     return None if _TOPIC_NAME.match(v) else "must be 1-249 characters of A-Z a-z 0-9 . _ -"
 
@@ -171,6 +179,7 @@ _RULES: dict[str, Callable[[Any], str | None]] = {
     "cluster.task_slots": _between(1, 64),
     "cluster.taskmanager_mb": _between(1024, 65536),
     "cluster.jobmanager_mb": _between(768, 65536),
+    "cluster.metrics_ports": lambda v: None if v == "" else _port_range(v),
     "frontier.clock_topic": lambda v: None if v == "" else _topic_name(v),
     "recrawl.min_interval_s": _between(60, 86400 * 365),
     "recrawl.max_interval_s": _between(60, 86400 * 365),

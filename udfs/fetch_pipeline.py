@@ -13,9 +13,10 @@ as a sitemap file (as for Sitemap: lines of robots.txt).
 from __future__ import annotations
 
 import asyncio
+import bisect
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
@@ -30,6 +31,35 @@ from udfs.faults import FaultInjector
 from udfs.fetch_client import fetch
 from udfs.storage import ObjectStore
 
+# Parse-time buckets (seconds) of the parse_seconds histogram: an HTML page parses in
+# milliseconds; a slow one (a huge or pathological page) in up to seconds.
+PARSE_BUCKETS_S = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
+
+
+@dataclass
+class PageStats:
+    """What the fetcher counts about the pages it stores and parses (one per fetcher
+    task, shared by its leases; updated on the fetch engine's thread, read as gauges).
+
+    `buckets[i]`: pages parsed within PARSE_BUCKETS_S[i] seconds, cumulative as
+    Prometheus histograms are (the last, +Inf, counts every page); `parse_us`: the
+    parse times' sum in microseconds (gauges carry integers only). `stored_bytes`: body
+    bytes of objects written to storage (a body already stored is not written again).
+    `backlog`: pages whose body has arrived and whose parse has not ended yet (being
+    stored, or waiting for the engine's loop, which parses one page at a time)."""
+
+    buckets: list[int] = field(default_factory=lambda: [0] * (len(PARSE_BUCKETS_S) + 1))
+    parsed: int = 0
+    parse_us: int = 0
+    stored_bytes: int = 0
+    backlog: int = 0
+
+    def parse_took(self, seconds: float) -> None:
+        self.parsed += 1
+        self.parse_us += int(seconds * 1_000_000)
+        for i in range(bisect.bisect_left(PARSE_BUCKETS_S, seconds), len(self.buckets)):
+            self.buckets[i] += 1
+
 
 @dataclass
 class FetchContext:
@@ -41,6 +71,7 @@ class FetchContext:
     max_links: int = 5000
     faults: FaultInjector | None = None
     url_policy: UrlPolicy | None = None  # urls.drop_query_params
+    stats: PageStats = field(default_factory=PageStats)  # the task's, for its metrics
 
 
 def _discovered(host_key: str, source: str, parent: str, depth: int, now_ms: int,
@@ -95,12 +126,21 @@ async def process_lease(lease: dict[str, Any], ctx: FetchContext
             completion["error"] = "; ".join(result.errors)[:1000]
         return completion, discovered
     # A page: keep the raw bytes (blocking I/O off the event loop), then parse.
-    sha, key, _ = await asyncio.get_running_loop().run_in_executor(
-        None, ctx.store.put_body, body, lease.get("storage_tier", "standard"))
-    if ctx.faults is not None:
-        ctx.faults.stall_parse()
-    page = parse_html(body, url, headers=h, user_agent=ctx.user_agent,
-                      max_links=ctx.max_links, url_policy=ctx.url_policy)
+    stats = ctx.stats
+    stats.backlog += 1
+    try:
+        sha, key, written = await asyncio.get_running_loop().run_in_executor(
+            None, ctx.store.put_body, body, lease.get("storage_tier", "standard"))
+        if written:
+            stats.stored_bytes += len(body)
+        if ctx.faults is not None:
+            ctx.faults.stall_parse()
+        started = time.perf_counter()
+        page = parse_html(body, url, headers=h, user_agent=ctx.user_agent,
+                          max_links=ctx.max_links, url_policy=ctx.url_policy)
+        stats.parse_took(time.perf_counter() - started)
+    finally:
+        stats.backlog -= 1
     completion.update({
         "body_sha256": sha, "object_key": key, "text_sha256": page.text_sha256,
         "simhash": to_signed64(page.simhash), "canonical_url": page.canonical_url,

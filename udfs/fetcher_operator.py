@@ -115,17 +115,33 @@ class FetchFunction(AsyncFunction):
         self._metrics(runtime_context.get_metrics_group())
 
     def _metrics(self, group) -> None:
-        """The fetcher's metrics: fetches by outcome class, bytes fetched, requests
-        started and the politeness self-check's breaches by rule (it must read 0).
-        Totals kept here and exported as gauges: the engine's thread counts them, and
-        PyFlink reads gauges on its own thread at each bundle's end (counters there are
-        thread-bound). Label sets are fixed: no per-host series."""
+        """The fetcher's metrics: fetches and robots.txt fetches by outcome class, bytes
+        fetched and stored, requests started, the politeness self-check's breaches by
+        rule (it must read 0), the parse time per page as a histogram and the pages
+        waiting to be parsed. Totals kept here and exported as gauges: the engine's
+        thread counts them, and PyFlink reads gauges on its own thread at each bundle's
+        end (counters there are thread-bound). Label sets are fixed: no per-host
+        series."""
+        from udfs.fetch_pipeline import PARSE_BUCKETS_S, PageStats
+
         self.selfcheck = PolitenessSelfCheck()
         self.outcomes = dict.fromkeys(OUTCOME_CLASSES, 0)
+        self.robots_outcomes = dict.fromkeys(OUTCOME_CLASSES, 0)
         self.fetched_bytes = 0
+        self.pages = PageStats()
         for name in OUTCOME_CLASSES:
-            group.add_group("outcome", name).gauge(
-                "fetches_total", lambda name=name: self.outcomes[name])
+            outcome = group.add_group("outcome", name)
+            outcome.gauge("fetches_total", lambda name=name: self.outcomes[name])
+            outcome.gauge("robots_fetches_total", lambda name=name: self.robots_outcomes[name])
+        # A Prometheus histogram from gauges: cumulative _bucket{le} (+Inf: every page)
+        # and _count; the sum in microseconds, as gauges carry integers only.
+        for i, le in enumerate((*(str(b) for b in PARSE_BUCKETS_S), "+Inf")):
+            group.add_group("le", le).gauge(
+                "parse_seconds_bucket", lambda i=i: self.pages.buckets[i])
+        group.gauge("parse_seconds_count", lambda: self.pages.parsed)
+        group.gauge("parse_microseconds_sum", lambda: self.pages.parse_us)
+        group.gauge("parse_backlog", lambda: self.pages.backlog)
+        group.gauge("bytes_stored_total", lambda: self.pages.stored_bytes)
         for rule in BREACHES:
             group.add_group("rule", rule).gauge(
                 "politeness_breaches_total", lambda rule=rule: self.selfcheck.breaches[rule])
@@ -133,7 +149,10 @@ class FetchFunction(AsyncFunction):
         group.gauge("bytes_fetched_total", lambda: self.fetched_bytes)
 
     def _count(self, completion: dict[str, Any]) -> None:
-        self.outcomes[outcome_class(completion["outcome"], completion["http_status"])] += 1
+        cls = outcome_class(completion["outcome"], completion["http_status"])
+        self.outcomes[cls] += 1
+        if completion["kind"] == "ROBOTS":
+            self.robots_outcomes[cls] += 1
         self.fetched_bytes += completion["body_bytes"] or 0
 
     async def _session(self):
@@ -243,7 +262,8 @@ class FetchFunction(AsyncFunction):
             limits = self.limits if remaining > self.limits.total_timeout_s + 1 else \
                 replace(self.limits, total_timeout_s=max(0.1, remaining - 1.0))
             ctx = FetchContext(await self._session(), self.store, limits, self.user_agent,
-                               faults=self.faults, url_policy=self.url_policy)
+                               faults=self.faults, url_policy=self.url_policy,
+                               stats=self.pages)
             completion, discovered = await process_lease(lease, ctx)
             if self.faults is not None:
                 self.faults.after_response(lease["url"])

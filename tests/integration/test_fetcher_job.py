@@ -86,8 +86,14 @@ def test_fetcher_job_fetches_stores_and_reports(cfg, fresh_topics, tmp_path):
         assert sorted(r.path for r in web.log) == ["/p/0", "/robots.txt"]
         # Flink's Prometheus reporter serves the fetcher's metrics: outcomes by class,
         # requests, bytes, and the politeness self-check, which reads 0.
-        samples = wait_for_metric(port, "fetches_total", lambda v: v == 2, outcome="2xx")
-        assert metric(samples, "fetches_total", outcome="not_sent") == 1
+        # (suffixes from the group key on: "fetches_total" alone would match
+        # outcome_robots_fetches_total too)
+        samples = wait_for_metric(port, "outcome_fetches_total", lambda v: v == 2,
+                                  outcome="2xx")
+        assert metric(samples, "outcome_fetches_total", outcome="not_sent") == 1
+        assert metric(samples, "outcome_robots_fetches_total", outcome="2xx") == 1
+        assert metric(samples, "bytes_stored_total") == page["body_bytes"]
+        assert metric(samples, "parse_seconds_count") == 1
         assert metric(samples, "requests_started_total") == 2
         assert metric(samples, "bytes_fetched_total") == page["body_bytes"] + robots[
             "body_bytes"]

@@ -91,6 +91,9 @@ def test_unknown_key_is_rejected_with_its_name_and_source(tmp_path, source):
     ("flink.jars=notalist", r"flink\.jars: expected a list"),
     ("topics=3", r"topics: expected a section"),
     ("flink.parallelism", r"must look like section\.key=value"),
+    ("cluster.metrics_ports=\"9260\"", r'cluster\.metrics_ports: must be "" or a port range'),
+    ("cluster.metrics_ports=9279-9260", r"cluster\.metrics_ports: must be"),
+    ("cluster.metrics_ports=80-90", r"cluster\.metrics_ports: must be"),
 ])
 def test_bad_values_name_the_key(override, message):
     with pytest.raises(ConfigError, match=message):

@@ -1867,6 +1867,10 @@ EFFECTS: dict[str, Effect] = {
         p_cluster, 3072, lambda d, c, ch: c[0]["taskmanager.memory.process.size"] == "3072m"),
     "cluster.jobmanager_mb": Effect(
         p_cluster, 2048, lambda d, c, ch: c[0]["jobmanager.memory.process.size"] == "2048m"),
+    "cluster.metrics_ports": Effect(
+        p_cluster, "9300-9302", lambda d, c, ch: c[0]["metrics.reporter.prom.port"] == "9300-9302"
+        and d[0]["metrics.reporter.prom.port"] == "9260-9279"
+        and c[0]["metrics.reporter.prom.factory.class"].endswith("PrometheusReporterFactory")),
     # local
     "local.state_dir": Effect(
         p_state_dir, "elsewhere/state",

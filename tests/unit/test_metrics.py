@@ -9,12 +9,14 @@ import pytest
 
 from udfs.config import load_config
 from udfs.core.selfcheck import BREACHES, OUTCOME_CLASSES, PolitenessSelfCheck, outcome_class
+from udfs.fetch_pipeline import PARSE_BUCKETS_S, PageStats
 
 from .test_config_keys import (  # noqa: F401  (world: the fixture)
     LOOPBACK_NETS,
     FetcherJob,
     FrontierJob,
     crawl,
+    p_cluster,
     seeds,
     world,
 )
@@ -176,3 +178,81 @@ def test_the_fetcher_counts_outcomes_bytes_and_requests_and_breaks_no_rule(world
     assert m.read("bytes_fetched_total") == ok.body_bytes > 0
     assert m.read("requests_started_total") == 2
     assert all(m.read("politeness_breaches_total", rule=r) == 0 for r in BREACHES)
+
+
+def test_the_fetcher_counts_robots_fetches_stored_bytes_and_parse_times(world):  # noqa: F811
+    # A fresh object folder: a body already stored is not written (nor counted) again.
+    objects = world.fresh_dir("objects")
+    cfg = load_config(env={}, overrides=[*LOOPBACK_NETS, f"storage.local_dir={objects}"])
+    job = FetcherJob(cfg, world)
+    m = job.runtime.metrics
+
+    async def go():
+        try:
+            robots = await job.fetch(world.url("/robots/10"), kind="ROBOTS")
+            first = await job.fetch(world.url("/page"))
+            again = await job.fetch(world.url("/page"))  # the same bytes: stored once
+            gone = await job.fetch(world.url("/missing"))
+            return robots, first, again, gone
+        finally:
+            await job.close()
+
+    robots, first, again, gone = asyncio.run(go())
+    assert (robots.outcome, first.outcome, again.outcome, gone.outcome) == (
+        "OK", "OK", "OK", "GONE")
+    assert m.read("robots_fetches_total", outcome="2xx") == 1
+    assert sum(m.read("robots_fetches_total", outcome=c) for c in OUTCOME_CLASSES) == 1
+    assert m.read("fetches_total", outcome="2xx") == 3
+    assert m.read("bytes_stored_total") == first.body_bytes > 0
+    assert m.read("bytes_fetched_total") == robots.body_bytes + 2 * first.body_bytes
+    # Two pages parsed (robots.txt and the 404 are not pages): the cumulative buckets
+    # never decrease and +Inf holds every page.
+    buckets = [m.read("parse_seconds_bucket", le=str(b)) for b in PARSE_BUCKETS_S]
+    buckets.append(m.read("parse_seconds_bucket", le="+Inf"))
+    assert m.read("parse_seconds_count") == 2 == buckets[-1]
+    assert buckets == sorted(buckets)
+    assert m.read("parse_microseconds_sum") > 0
+    assert m.read("parse_backlog") == 0
+
+
+def test_parse_times_fall_in_every_bucket_from_their_bound_on():
+    stats = PageStats()
+    stats.parse_took(0.001)  # on a bound: counted in that bucket (le: less or equal)
+    stats.parse_took(0.2)
+    stats.parse_took(60.0)  # beyond the last bound: +Inf only
+    le = dict(zip((*PARSE_BUCKETS_S, "+Inf"), stats.buckets, strict=True))
+    assert (le[0.001], le[0.1], le[0.25], le[5.0], le["+Inf"]) == (1, 1, 2, 2, 3)
+    assert stats.parsed == 3 and stats.parse_us == 60_201_000
+
+
+def test_a_page_waiting_for_its_parse_is_in_the_backlog(world):  # noqa: F811
+    """The parse stalls 0.5 s (a fault): meanwhile the gauge reads one page in hand."""
+    cfg = load_config(env={}, overrides=[*LOOPBACK_NETS, "faults.parse_delay_s=0.5",
+                                         f"storage.local_dir={world.fresh_dir('objects')}"])
+    job = FetcherJob(cfg, world)
+    seen: list[int] = []
+
+    async def go():
+        fetch = asyncio.create_task(job.fetch(world.url("/page")))
+        try:
+            while not fetch.done():
+                seen.append(job.runtime.metrics.read("parse_backlog"))
+                await asyncio.sleep(0.02)
+            return await fetch
+        finally:
+            await job.close()
+
+    assert asyncio.run(go()).outcome == "OK"
+    assert max(seen) == 1 and job.runtime.metrics.read("parse_backlog") == 0
+
+
+# -- the session cluster's reporter -------------------------------------------------------
+
+def test_the_session_cluster_runs_the_reporter_on_its_port_range_unless_told_not_to(
+        world):  # noqa: F811
+    conf, _, _ = p_cluster(load_config(env={}), world)
+    assert conf["metrics.reporter.prom.port"] == "9260-9279"
+    assert conf["metrics.reporter.prom.factory.class"] == \
+        "org.apache.flink.metrics.prometheus.PrometheusReporterFactory"
+    off, _, _ = p_cluster(load_config(env={}, overrides=['cluster.metrics_ports=""']), world)
+    assert not any(k.startswith("metrics.reporter") for k in off)
