@@ -90,10 +90,10 @@ LAG_BUCKETS_S = (1, 5, 30, 60, 300, 600, 1800, 3600, 21600, 86400)
 ROBOTS_AGE_BUCKETS_S = (60, 600, 3600, 21600, 86400, 172800)
 
 
-def _histogram(group, name: str, buckets: tuple[float, ...]) -> list[tuple[float, Any]]:
+def _histogram(group, bucket_name: str, buckets: tuple[float, ...]) -> list[tuple[float, Any]]:
     """Cumulative bucket counters {le} (+Inf included) of a Prometheus-style histogram."""
     return [(b, group.add_group("le", "+Inf" if b == math.inf else str(b))
-             .counter(f"{name}_bucket")) for b in (*buckets, math.inf)]
+             .counter(bucket_name)) for b in (*buckets, math.inf)]
 
 
 class FrontierMetrics:
@@ -109,9 +109,9 @@ class FrontierMetrics:
         self.lag_count: dict[bool, Any] = {}
         for high, name in ((True, "high"), (False, "normal")):
             cls = group.add_group("priority_class", name)
-            self.lag[high] = _histogram(cls, "eligibility_lag_seconds", LAG_BUCKETS_S)
+            self.lag[high] = _histogram(cls, "eligibility_lag_seconds_bucket", LAG_BUCKETS_S)
             self.lag_count[high] = cls.counter("eligibility_lag_seconds_count")
-        self.robots_age = _histogram(group, "robots_age_seconds", ROBOTS_AGE_BUCKETS_S)
+        self.robots_age = _histogram(group, "robots_age_seconds_bucket", ROBOTS_AGE_BUCKETS_S)
         self.robots_age_count = group.counter("robots_age_seconds_count")
         # The frontier's size (udfs/core/frontier.py GAUGES): counters moved up and down
         # by each host's change, so they read as gauges (Flink exports counters as such).

@@ -73,9 +73,10 @@ PANELS: tuple[Panel, ...] = (
           (q(rate(FETCHES, "outcome"), "{{outcome}}"),),
           stack=True),
     Panel("Bytes fetched and requests started",
-          "Body bytes received per second, and requests sent per second.",
+          "Body bytes received and newly stored per second, and requests sent per second.",
           "Bps",
           (q(f"sum(rate({OP}bytes_fetched_total[$__rate_interval]))", "bytes/s"),
+           q(f"sum(rate({OP}bytes_stored_total[$__rate_interval]))", "bytes stored/s"),
            q(f"sum(rate({OP}requests_started_total[$__rate_interval]))", "requests/s")),
           extra={"overrides": [{
               "matcher": {"id": "byName", "options": "requests/s"},
@@ -133,6 +134,46 @@ PANELS: tuple[Panel, ...] = (
           (q(f"sum by (reason) (increase({OP}reason_dead_letters_total[$__rate_interval]))",
              "{{reason}}"),),
           stack=True),
+    Panel("Frontier size",
+          "Hosts the frontier holds, URLs not leased (resident or cold) and URLs in cold "
+          "queues, summed over its subtasks (counted per host as it is touched; after a "
+          "restore, from its next event or timer).",
+          "short",
+          (q(f"sum({OP}frontier_hosts)", "hosts"),
+           q(f"sum({OP}frontier_urls_pending)", "URLs pending"),
+           q(f"sum({OP}frontier_urls_cold)", "URLs in cold queues"))),
+    Panel("Hosts in backoff, blocked by robots.txt 5xx, paused",
+          "Hosts backing off after 429/503 or errors, hosts whose robots.txt is "
+          "unreachable with no earlier copy (nothing else fetched), and hosts an "
+          "operator paused (crawl host pause).",
+          "short",
+          (q(f"sum({OP}frontier_hosts_backoff)", "in backoff"),
+           q(f"sum({OP}frontier_hosts_robots_blocked)", "robots.txt 5xx"),
+           q(f"sum({OP}frontier_hosts_paused)", "paused"))),
+    Panel("robots.txt: fetch outcomes and age at lease",
+          "robots.txt fetches per second by outcome class, and the p99 age of the "
+          "robots.txt a page lease was granted under (robots.cache_ttl_s bounds it).",
+          "reqps",
+          (q(rate(f"{OP}outcome_robots_fetches_total", "outcome"), "{{outcome}}"),
+           q(f"histogram_quantile(0.99, sum by (le) "
+             f"(rate({OP}le_robots_age_seconds_bucket[$__rate_interval])))", "age p99")),
+          extra={"overrides": [{
+              "matcher": {"id": "byName", "options": "age p99"},
+              "properties": [{"id": "unit", "value": "s"},
+                             {"id": "custom.axisPlacement", "value": "right"}]}]}),
+    Panel("Parser: time per page and backlog",
+          "p50/p99 parse time per HTML page, and pages fetched whose parse has not ended "
+          "(the parser runs in the fetch engine until issue 13 makes it a stage).",
+          "s",
+          (q(f"histogram_quantile(0.5, sum by (le) "
+             f"(rate({OP}le_parse_seconds_bucket[$__rate_interval])))", "p50"),
+           q(f"histogram_quantile(0.99, sum by (le) "
+             f"(rate({OP}le_parse_seconds_bucket[$__rate_interval])))", "p99"),
+           q(f"sum({OP}parse_backlog)", "backlog")),
+          extra={"overrides": [{
+              "matcher": {"id": "byName", "options": "backlog"},
+              "properties": [{"id": "unit", "value": "short"},
+                             {"id": "custom.axisPlacement", "value": "right"}]}]}),
     Panel("Kafka consumer lag (pendingRecords)",
           "Records the jobs' Kafka sources have not read yet, by job and source (alert "
           "CrawlerConsumerLagGrowing when it keeps growing).",

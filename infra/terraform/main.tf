@@ -273,8 +273,19 @@ resource "kubernetes_manifest" "pod_monitor" {
     kind       = "PodMonitor"
     metadata   = { name = "crawl-flink", namespace = var.namespace }
     spec = {
-      selector            = { matchLabels = { type = "flink-native-kubernetes" } }
-      podMetricsEndpoints = [{ port = "metrics", interval = "30s" }]
+      selector = { matchLabels = { type = "flink-native-kubernetes" } }
+      # Flink rewrites a bucket's le="+Inf" as "_Inf" and "0.25" as "0_25": put them
+      # back (infra/monitoring/relabel.yml) so that histogram_quantile reads them.
+      podMetricsEndpoints = [{
+        port     = "metrics"
+        interval = "30s"
+        metricRelabelings = [for r in yamldecode(file("${path.module}/../monitoring/relabel.yml")) : {
+          sourceLabels = r.source_labels
+          regex        = r.regex
+          targetLabel  = r.target_label
+          replacement  = r.replacement
+        }]
+      }]
     }
   }
 }

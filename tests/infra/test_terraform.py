@@ -449,3 +449,16 @@ def test_the_root_deploys_dashboard_and_rules_behind_their_switches():
         assert call[arg] == f'${{file("${{path.module}}/../monitoring/{name}")}}', arg
         assert (TF / ".." / "monitoring" / name).resolve() == MONITORING / name
         assert (MONITORING / name).is_file()
+
+
+def test_the_pod_monitor_gives_le_back_its_prometheus_form():
+    import yaml
+
+    monitor = blocks(parse(TF / "main.tf"), "resource")["kubernetes_manifest.pod_monitor"]
+    endpoint = monitor["manifest"]["spec"]["podMetricsEndpoints"][0]
+    rules = yaml.safe_load((MONITORING / "relabel.yml").read_text())
+    assert {r["replacement"] for r in rules} == {"+Inf", "$1.$2"}
+    assert endpoint["port"].strip('"') == "metrics"
+    assert "relabel.yml" in endpoint["metricRelabelings"]
+    for key in ("sourceLabels", "regex", "targetLabel", "replacement"):
+        assert key in endpoint["metricRelabelings"], key

@@ -16,6 +16,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+import yaml
 from kafka import KafkaConsumer
 
 from crawler.run import JobProcess, publish_seeds, synthetic_overrides
@@ -36,7 +37,10 @@ FAMILIES = {
                  "priority_class_le_eligibility_lag_seconds_bucket",
                  "priority_class_eligibility_lag_seconds_count",
                  "reason_dead_letters_total", "urls_refused_address", "index_events_total",
-                 "exact_duplicates_total", "near_duplicates_total"],
+                 "exact_duplicates_total", "near_duplicates_total", "frontier_hosts",
+                 "frontier_urls_pending", "frontier_urls_cold", "frontier_hosts_backoff",
+                 "frontier_hosts_robots_blocked", "frontier_hosts_paused",
+                 "le_robots_age_seconds_bucket", "robots_age_seconds_count"],
     "fetcher": ["outcome_fetches_total", "outcome_robots_fetches_total",
                 "requests_started_total", "bytes_fetched_total", "bytes_stored_total",
                 "rule_politeness_breaches_total", "le_parse_seconds_bucket",
@@ -46,15 +50,10 @@ FAMILIES = {
 # hosts saved by an older build (a counter appears once it is first incremented).
 
 
-# Flink's reporter turns every character of a label value outside [A-Za-z0-9_:] into
-# "_": a bucket's le="+Inf" arrives as "_Inf" and le="0.25" as "0_25", which
-# histogram_quantile cannot read. These rules, in every scrape config of the jobs
-# (README: "Metrics"), give le its Prometheus form back at ingestion.
-LE_RELABEL = [
-    {"source_labels": ["le"], "regex": "_Inf", "target_label": "le", "replacement": "+Inf"},
-    {"source_labels": ["le"], "regex": "([0-9]+)_([0-9]+)", "target_label": "le",
-     "replacement": "$1.$2"},
-]
+# Flink's reporter rewrites le="+Inf" as "_Inf" (and "0.25" as "0_25"); the scrape
+# puts them back with the rules every scrape config of the jobs needs (README: "Metrics").
+LE_RELABEL = yaml.safe_load(
+    (Path(__file__).resolve().parents[2] / "infra/monitoring/relabel.yml").read_text())
 
 
 class PrometheusServer:
@@ -255,6 +254,17 @@ def test_prometheus_scrapes_a_crawl_and_agrees_with_the_topics(cfg, fresh_topics
                      le="+Inf") == lag_count
         p99 = prom.value(f"histogram_quantile(0.99, sum by (le) ({bucket}))")
         assert p99 is not None and 0 <= p99 <= 86400
+
+        # The frontier's size: both sites are hosts; every URL known and not leased
+        # (nothing is in flight once quiet) is pending; no host is paused or in backoff.
+        hosts = {c["host_key"] for c in comps}
+        assert total(prom, "frontier", "frontier_hosts") == len(hosts) == 2
+        assert total(prom, "frontier", "frontier_urls_pending") >= index_events
+        assert total(prom, "frontier", "frontier_hosts_paused") == 0
+        # Each page lease was granted under a robots.txt fetched within the minute (a
+        # 404 for robots.txt counts as fetched: no restrictions).
+        assert total(prom, "frontier", "robots_age_seconds_count") == total(
+            prom, "frontier", "le_robots_age_seconds_bucket", le="60") > 0
 
         # (d) Every family each job exports is stored, from that job's target.
         for job, names in FAMILIES.items():
