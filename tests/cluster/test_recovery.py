@@ -23,7 +23,11 @@ needs the upgrade to restart the TaskManagers that ran the old build: thread mod
 imports Python once per JVM — and a metric where the REST API reports it; after the
 rescale it counts only hosts the v2 job never wrote back, idle ones); each crash
 re-fetched only after its lease expired (a restarted fetcher does not replay leases it
-may have sent), each lost completion re-leased and fetched again."""
+may have sent), each lost completion re-leased and fetched again. Host controls through
+all of it: a host paused before the frontier's kill -9 gets no request until it is
+resumed after the savepoint upgrade, and a host set to min_gap_s=3 then keeps every
+later gap at 3 s or more, through the kill, the upgrade and the rescale — judged from
+the web server's request log."""
 
 from __future__ import annotations
 
@@ -36,6 +40,7 @@ from pathlib import Path
 import pytest
 
 from crawler.cluster import Cluster
+from crawler.control import send_command
 from crawler.local import LocalStack
 from crawler.run import Watcher, publish_seeds, synthetic_overrides
 from crawler.synthetic_web import SyntheticWeb, build_sites
@@ -51,6 +56,9 @@ MAX_PARALLELISM = load_config(env={})["flink.max_parallelism"]
 # Site 6 has Crawl-delay 1.5 s: a replayed request would break it.
 CRASH_AT = r"site6.test:[0-9]+/p/9$|site10.test:[0-9]+/p/4$"
 DROP_AT = r"site4.test:[0-9]+/p/7$|site8.test:[0-9]+/p/11$"
+# Host controls: one host paused, one slowed (plain sites: no calendar trap, no faults).
+PAUSED_SITE, SLOWED_SITE, SLOW_GAP_S = "site1.test", "site11.test", 3.0
+SETTLE_S = 5.0  # leases already out when a command lands: in flight + look-ahead
 
 
 def build_with_added_fields(dest: Path) -> Path:
@@ -155,6 +163,16 @@ def test_crawl_survives_kill_9_upgrade_rescale_and_fetcher_faults(cfg, fresh_top
     expected = {hk + p for hk, s in sites.items()
                 for p in ["/", *(f"/p/{i}" for i in range(s.pages))]}
     watcher = None
+    paused = next(hk for hk, s in sites.items() if s.name == PAUSED_SITE)
+    slowed = next(hk for hk, s in sites.items() if s.name == SLOWED_SITE)
+    controls: dict[str, float] = {}  # when each command was in a checkpoint (monotonic)
+
+    def command(host_key: str, action: str, **kw) -> dict:
+        reply = send_command(run_cfg, host_key, action, timeout_s=120,
+                             durable=action != "SHOW", **kw)
+        assert reply["ok"] and reply.get("durable", True), reply
+        return reply["detail"]
+
     disruptions: list[str] = []
     frontier_jids: set[str] = set()
     try:
@@ -176,9 +194,16 @@ def test_crawl_survives_kill_9_upgrade_rescale_and_fetcher_faults(cfg, fresh_top
                     f"stuck at {len(indexed())} of {len(expected)}"
                 time.sleep(1)
 
-        # a. kill -9 of the frontier's TaskManager, then of the fetcher's.
+        # a. kill -9 of the frontier's TaskManager, then of the fetcher's; just before
+        # the first, one host is paused and another slowed (both in a checkpoint).
         for fraction, job in ((0.2, "frontier"), (0.3, "fetcher")):
             wait_for(fraction)
+            if job == "frontier":
+                assert command(paused, "PAUSE")["paused"]
+                controls["paused"] = time.monotonic()
+                slow = command(slowed, "SET", settings={"min_gap_s": str(SLOW_GAP_S)})
+                assert slow["policy"]["min_gap_s"] == SLOW_GAP_S
+                controls["slowed"] = time.monotonic()
             pid = kill_taskmanager(cluster, job)
             disruptions.append(f"kill -9 of the {job}'s taskmanager (pid {pid}) "
                                f"at {len(indexed())} pages")
@@ -186,6 +211,9 @@ def test_crawl_survives_kill_9_upgrade_rescale_and_fetcher_faults(cfg, fresh_top
             replacement.start(120)  # capacity back, as an operator would
             wait_running(cluster, "frontier")
             wait_running(cluster, "fetcher")
+            if job == "frontier":  # the restored owners still know
+                assert command(paused, "SHOW")["paused"]
+                assert command(slowed, "SHOW")["policy"]["min_gap_s"] == SLOW_GAP_S
 
         # b + d. Savepoint upgrade to the build with added fields; the hosts with pages
         # not leased yet (each has a timer pending) must all lease again after it.
@@ -196,6 +224,10 @@ def test_crawl_survives_kill_9_upgrade_rescale_and_fetcher_faults(cfg, fresh_top
         restored_ms = int(time.time() * 1000)
         disruptions.append(f"savepoint upgrade to build v2 at {len(done)} pages")
         wait_running(cluster, "frontier")
+        # The upgraded build restored the controls too; the paused host may go on.
+        assert command(paused, "SHOW")["paused"]
+        assert not command(paused, "RESUME")["paused"]
+        controls["resumed"] = time.monotonic()
 
         # c. Rescale 1 -> 2 (still build v2).
         wait_for(0.6)
@@ -257,6 +289,11 @@ def test_crawl_survives_kill_9_upgrade_rescale_and_fetcher_faults(cfg, fresh_top
     requests: dict[str, list[float]] = defaultdict(list)
     for r in web.log:
         requests[r.host + r.path].append(r.start)
+    while_paused = [r.path for r in web.log if r.host == paused and
+                    controls["paused"] + SETTLE_S <= r.start < controls["resumed"]]
+    slowed_starts = sorted(r.start for r in web.log if r.host == slowed and
+                           r.start >= controls["slowed"] + SETTLE_S)
+    slowed_gaps = [b - a for a, b in zip(slowed_starts, slowed_starts[1:], strict=False)]
     # The frontier logs what it defaulted, from the v2 build's own files.
     logged = [line for log in cluster.root.glob("taskmanager-*/taskmanager-*.log")
               for line in log.read_text(errors="replace").splitlines()
@@ -280,8 +317,14 @@ def test_crawl_survives_kill_9_upgrade_rescale_and_fetcher_faults(cfg, fresh_top
           f"rescale, hosts v2 never wrote back: {added_after_rescale}); "
           f"subtasks that leased after the rescale {sorted(owners)}; crashes {len(crashes)} "
           f"(re-fetched after {refetch_gaps} s), lost completions {len(drops)} "
-          f"(lease attempts {releases}); " + "; ".join(disruptions))
+          f"(lease attempts {releases}); requests to the paused host while paused "
+          f"{len(while_paused)} (resumed after {controls['resumed'] - controls['paused']:.0f}"
+          f" s); the slowed host's smallest gap after its command "
+          f"{min(slowed_gaps, default=None)} s over {len(slowed_gaps)} gaps; "
+          + "; ".join(disruptions))
     assert expected <= watcher.progress.urls
+    assert while_paused == [], f"the paused host was fetched: {while_paused}"
+    assert len(slowed_gaps) >= 3 and min(slowed_gaps) >= SLOW_GAP_S, slowed_gaps
     assert duplicates == 0, "an (url_id, url_version) was indexed twice"
     assert violations == dict.fromkeys(violations, 0), violations
     assert out_of_order == {}, "a host's lease counter went back between restores: two owners"
