@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from udfs.config import Config
+from udfs.config import TOPIC_KEYS, Config
 
 JOBS = ("frontier", "fetcher")
 JOB_NAMES = {"frontier": "crawl frontier", "fetcher": "crawl fetcher"}
@@ -458,8 +458,7 @@ def collect(target: Target, interval_s: float = 3.0, hosts: bool = True) -> dict
     return {
         "source": {"kind": target.kind, "where": target.where,
                    "run_id": run.run_id if run else None,
-                   "topics": {k: target.cfg.topic(k) for k in
-                              ("discovered", "leases", "completions", "index", "deadletter")}},
+                   "topics": {k: target.cfg.topic(k) for k in TOPIC_KEYS}},
         "collected_at": time.time(),
         "jobs": jobs,
         "metrics_ports": ports, "metrics_answered": answered,
@@ -494,7 +493,7 @@ def _rates(section: Mapping[str, Any], keys: Sequence[str] | None = None, top: i
     totals: Mapping[str, float] = section.get("total") or {}
     rates = section.get("rate")
     names = [k for k in keys if k in totals] if keys else \
-        sorted(totals, key=lambda k: -totals[k])[:top]
+        sorted((k for k in totals if totals[k]), key=lambda k: -totals[k])[:top]
     if not names:
         return "none yet"
     if rates is None:
@@ -504,7 +503,7 @@ def _rates(section: Mapping[str, Any], keys: Sequence[str] | None = None, top: i
 
 def render(status: Mapping[str, Any]) -> str:
     src = status["source"]
-    lines = [f"crawl status: {src['where']}; topics {src['topics']['index']} ..."]
+    lines = [f"crawl status: {src['where']}; topics {src['topics']['index']}, ..."]
     lines.append("jobs")
     for job, j in status["jobs"].items():
         cp = j.get("checkpoint")
@@ -544,11 +543,13 @@ def render(status: Mapping[str, Any]) -> str:
     if "error" in lag:
         lines.append(f"consumer lag  n/a ({lag['error']})")
     else:
-        lines.append("consumer lag (end offset - committed, committed on checkpoints)")
+        stream = {t: k for k, t in src["topics"].items()}  # shorter than a run's topics
+        lines.append("consumer lag, records (end offset - committed offset; Flink commits "
+                     "on checkpoints)")
         for job, d in lag.items():
             topics = d.get("topics", {}) if d else {}
-            cells = "  ".join(f"{t} {_n(r['lag'])}" + ("" if r["committed"] is not None
-                                                        else " (no commit)")
+            cells = "  ".join(f"{stream.get(t, t)} {_n(r['lag'])}"
+                              + ("" if r["committed"] is not None else " (no commit)")
                               for t, r in topics.items()) or "no topics"
             lines.append(f"  {job:9s} {cells}")
     b = status.get("busiest_hosts")

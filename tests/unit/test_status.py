@@ -112,7 +112,8 @@ def test_consumer_lag_is_end_minus_committed_summed_over_partitions():
 
 STATUS = {
     "source": {"kind": "run", "where": "crawl run 1 (pid 2)", "run_id": "1",
-               "topics": {"index": "run-1.crawl.index"}},
+               "topics": {"index": "run-1.crawl.index", "discovered": "run-1.crawl.discovered",
+                          "leases": "run-1.crawl.leases"}},
     "jobs": {"frontier": {"state": "RUNNING", "uptime_s": 61.0,
                           "checkpoint": {"id": 7, "age_s": 1.5, "duration_ms": 12},
                           "checkpoints_failed": 0},
@@ -136,7 +137,7 @@ def test_the_screen_shows_each_section_and_n_a_for_what_is_missing():
     assert "2xx 15" in text and "404_410 2" in text
     assert "hosts 7" in text and "urls pending n/a" in text
     assert "politeness breaches 0" in text and "dead letters 3 (InvalidUrl 3)" in text
-    assert "run-1.crawl.discovered 2" in text and "run-1.crawl.leases 4 (no commit)" in text
+    assert "  frontier  discovered 2" in text and "  fetcher   leases 4 (no commit)" in text
     assert "leases in the last 60 s" in text and "http://a.test 6" in text
     blind = render({**STATUS, "metrics": None, "consumer_lag": {"error": "Kafka down"}})
     assert "metrics   n/a (no reporter answered on 127.0.0.1 ports: 9250, 9251)" in blind
