@@ -515,8 +515,12 @@ def render(status: Mapping[str, Any]) -> str:
                      + (f"  failed checkpoints {failed}" if failed else ""))
     m = status.get("metrics")
     if m is None:
-        ports = ", ".join(map(str, status["metrics_ports"])) or "none configured"
-        lines.append(f"metrics   n/a (no reporter answered on 127.0.0.1 ports: {ports})")
+        ports = ", ".join(map(str, status["metrics_ports"]))
+        why = (f"no reporter answered on 127.0.0.1 ports {ports}" if ports else
+               "no reporter ports known: this cluster's configuration has no "
+               "cluster.metrics_ports" if src["kind"] == "cluster" else
+               "the run's metrics ports are 0")
+        lines.append(f"metrics   n/a ({why})")
     else:
         f = m["fetches"]
         rate_all = sum(f["rate"].values()) if f.get("rate") else None

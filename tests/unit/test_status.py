@@ -140,7 +140,11 @@ def test_the_screen_shows_each_section_and_n_a_for_what_is_missing():
     assert "  frontier  discovered 2" in text and "  fetcher   leases 4 (no commit)" in text
     assert "leases in the last 60 s" in text and "http://a.test 6" in text
     blind = render({**STATUS, "metrics": None, "consumer_lag": {"error": "Kafka down"}})
-    assert "metrics   n/a (no reporter answered on 127.0.0.1 ports: 9250, 9251)" in blind
+    assert "metrics   n/a (no reporter answered on 127.0.0.1 ports 9250, 9251)" in blind
+    cluster = render({**STATUS, "source": {**STATUS["source"], "kind": "cluster"},
+                      "metrics": None, "metrics_ports": []})
+    assert "no reporter ports known: this cluster's configuration has no " \
+        "cluster.metrics_ports" in cluster
     assert "consumer lag  n/a (Kafka down)" in blind
 
 
