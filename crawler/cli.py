@@ -352,6 +352,33 @@ def _cmd_url(args: argparse.Namespace) -> int:
     return _control(args, host_key, "SHOW_URL", url=url)
 
 
+def _check_status(args: argparse.Namespace) -> str | None:
+    if math.isfinite(args.interval) and 0 <= args.interval <= 60:
+        return None
+    return (f"--interval {args.interval:g}: must be 0 to 60 seconds "
+            "(0: one scrape, totals only)")
+
+
+def _cmd_status(args: argparse.Namespace) -> int:
+    import json
+
+    from crawler.runs import RunNotFound, crawl_config
+    from crawler.status import collect, find_target, render
+
+    try:
+        cfg, run = crawl_config(args.config, args.set, args.run)
+    except RunNotFound as exc:
+        print(f"crawl status: nothing is running: {exc}", file=sys.stderr)
+        return 1
+    target, looked = find_target(cfg, run)
+    if target is None:
+        print(f"crawl status: nothing is running: {looked}", file=sys.stderr)
+        return 1
+    status = collect(target, interval_s=args.interval, hosts=not args.no_hosts)
+    print(json.dumps(status, default=str) if args.json else render(status), flush=True)
+    return 0
+
+
 def _check_plan(args: argparse.Namespace) -> str | None:
     return check_assumptions("--assumptions", args.assumptions)
 
@@ -750,6 +777,26 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--timeout", type=float, default=30.0, metavar="SECONDS",
                    help="wait this long for the frontier's reply (default 30)")
     p.set_defaults(func=_cmd_url, check=_check_url_show)
+
+    p = command("status", help="one screen for a running crawl: jobs, checkpoints, rates, "
+                "lag", description="Finds the running crawl (a `crawl run`, by --run or the "
+                "newest; else the configured crawl on the Flink cluster at cluster.rest_port "
+                "or FLINK_REST) and shows its jobs and their state, the last checkpoint and "
+                "its age (Flink's REST API), fetches by outcome, index events, frontier "
+                "events, eligibility lag p50/p99, the frontier's size, politeness breaches "
+                "and dead letters (the jobs' Prometheus reporters, scraped twice --interval "
+                "apart for rates), consumer lag per topic (Kafka offsets) and the busiest "
+                "hosts (leases in the last minute). What a source cannot give shows as "
+                "n/a. Exit 0 when a crawl is running, 1 when nothing is (one line saying "
+                "where it looked).")
+    p.add_argument("--run", metavar="ID", help=run_help)
+    p.add_argument("--json", action="store_true", help="print the same data as JSON")
+    p.add_argument("--interval", type=float, default=3.0, metavar="SECONDS",
+                   help="seconds between the two scrapes rates come from (default 3; 0: "
+                   "one scrape, totals only)")
+    p.add_argument("--no-hosts", action="store_true",
+                   help="skip reading the leases topic for the busiest hosts")
+    p.set_defaults(func=_cmd_status, check=_check_status)
 
     p = command("plan", help="print the capacity model derived from assumptions",
                 description="The design's arithmetic from a YAML of assumptions "

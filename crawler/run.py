@@ -156,7 +156,8 @@ class Progress:
                       if seen >= since)
         return rate, ceiling
 
-    def line(self, violations: int | None) -> str:
+    def line(self, violations: int | None, status: str = "") -> str:
+        """The live line; `status`: what `crawl status`'s collection adds (LiveStatus)."""
         secs = time.monotonic() - self.started
         errors = sum(v for k, v in self.outcomes.items() if k not in ("OK", "NOT_MODIFIED"))
         v = "" if violations is None else f"  politeness violations {violations}"
@@ -167,13 +168,48 @@ class Progress:
                 f"  hosts {len(self.hosts):3d}  leases {self.leases:5d}"
                 f"  in flight {max(0, self.leases - self.completions):3d}"
                 f"  errors {errors:3d}  throttled {self.outcomes.get('THROTTLED', 0)}"
-                f"  refused {sum(self.refused.values())}{v}")
+                f"  refused {sum(self.refused.values())}{v}"
+                + (f"  {status}" if status else ""))
 
     def summary(self, violations: dict[str, int] | None) -> str:
         return (f"summary: {self.pages} pages indexed from {len(self.hosts)} hosts in "
                 f"{time.monotonic() - self.started:.0f} s; outcomes {self.outcomes}"
                 f"; refused {self.refused}"
                 + (f"; politeness violations {violations}" if violations is not None else ""))
+
+
+class LiveStatus:
+    """`crawl status`'s collection for the live line (the jobs' consumer lag and the age
+    of their last checkpoints, from Kafka and their REST APIs), refreshed every
+    `every_s` in a background thread so that the line never waits for it."""
+
+    def __init__(self, cfg: Config, rest_ports: dict[str, int], every_s: float = 2.0) -> None:
+        import threading
+
+        from crawler.status import Target
+
+        self.target = Target("run", cfg, "", None,
+                             {job: f"127.0.0.1:{port}" for job, port in rest_ports.items()})
+        self.every_s = every_s
+        self.text = ""
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="live-status", daemon=True)
+        self._thread.start()
+
+    def _loop(self) -> None:
+        from crawler.status import collect_jobs, consumer_lag, live_part
+
+        while not self._stop.is_set():
+            try:
+                self.text = live_part({"jobs": collect_jobs(self.target),
+                                       "consumer_lag": consumer_lag(self.target.cfg)})
+            except Exception:  # noqa: BLE001 the live line goes on without it
+                self.text = ""
+            self._stop.wait(self.every_s)
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(10)
 
 
 class Watcher:
@@ -226,6 +262,15 @@ class Watcher:
         self.consumer.close()
 
 
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 now (the job binds it moments later)."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 def synthetic_overrides(web, state_dir: Path, min_gap_s: float) -> list[str]:
     """What makes the synthetic web crawlable, and quick: 127.0.0.1 allowed explicitly
     (only that address: the web's SSRF bait resolves to 127.0.0.2 and stays refused)."""
@@ -269,6 +314,7 @@ def run(cfg_files: Sequence[str], overrides: Sequence[str], seeds_file: str | No
     web = None
     jobs: list[JobProcess] = []
     watcher = None
+    live = None
     try:
         if synthetic:
             run_dir.mkdir(parents=True, exist_ok=True)
@@ -285,14 +331,17 @@ def run(cfg_files: Sequence[str], overrides: Sequence[str], seeds_file: str | No
         from crawler.runs import record_run
 
         # Other terminals find this crawl by it (crawl status, crawl host, crawl url show).
-        record_run(run_dir, run_id, extra, cfg_files)
+        # Each job's MiniCluster serves Flink's REST API on a free loopback port.
+        rest_ports = {name: free_port() for name in ("frontier", "fetcher")}
+        record_run(run_dir, run_id, extra, cfg_files, rest_ports=rest_ports)
         print(f"run id {run_id}: from another terminal, crawl status / crawl host show "
               f"HOST_KEY / crawl url show URL find this crawl", flush=True)
 
         for line in ensure_topics(cfg):
             print(line, flush=True)
-        jobs = [JobProcess(name, extra, run_dir / f"{name}.log", config_files=cfg_files)
-                for name in ("frontier", "fetcher")]
+        jobs = [JobProcess(name, [*extra, f"flink.local_rest_port={port}"],
+                           run_dir / f"{name}.log", config_files=cfg_files)
+                for name, port in rest_ports.items()]
         for job in jobs:
             job.start()
         sent, bad = publish_seeds(cfg, seeds)
@@ -300,6 +349,7 @@ def run(cfg_files: Sequence[str], overrides: Sequence[str], seeds_file: str | No
         print(f"seeded {sent} URLs" + (f" and {sent_maps} sitemaps" if sitemaps else "")
               + (f"; not URLs: {bad + bad_maps}" if bad or bad_maps else ""), flush=True)
         watcher = Watcher(cfg)
+        live = LiveStatus(cfg, rest_ports)
         deadline = time.monotonic() + duration_s
         last = 0.0
         while time.monotonic() < deadline:
@@ -307,7 +357,7 @@ def run(cfg_files: Sequence[str], overrides: Sequence[str], seeds_file: str | No
             if time.monotonic() - last >= 2:
                 violations = sum(web.violations(cfg["robots.user_agent"], 0.5).values()) \
                     if web else None
-                print(progress.line(violations), flush=True)
+                print(progress.line(violations, live.text), flush=True)
                 last = time.monotonic()
             if progress.pages >= max_pages:
                 break
@@ -323,6 +373,8 @@ def run(cfg_files: Sequence[str], overrides: Sequence[str], seeds_file: str | No
         from crawler.runs import forget_run
 
         forget_run(run_dir)
+        if live is not None:
+            live.close()
         for job in jobs:
             job.stop()
         summary = watcher.poll() if watcher else None

@@ -13,8 +13,8 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from udfs.config import Config, load_config
@@ -30,6 +30,9 @@ class RunInfo:
     overrides: tuple[str, ...]  # the --set list the run's jobs were started with
     config_files: tuple[str, ...]
     run_dir: Path
+    # Each job's Flink REST API on 127.0.0.1 (its local MiniCluster), by job name;
+    # empty for a run recorded before runs had them.
+    rest_ports: Mapping[str, int] = field(default_factory=dict)
 
     def alive(self) -> bool:
         try:
@@ -42,14 +45,16 @@ class RunInfo:
 
 
 def record_run(run_dir: Path, run_id: str, overrides: Sequence[str],
-               config_files: Sequence[str]) -> Path:
-    """Write the run's file (atomically: a reader never sees half of it)."""
+               config_files: Sequence[str], rest_ports: Mapping[str, int] | None = None
+               ) -> Path:
+    """Write the run's file (atomically: a reader never sees half of it). `rest_ports`:
+    the port of each job's REST API (job name → port), for `crawl status`."""
     run_dir.mkdir(parents=True, exist_ok=True)
     path = run_dir / RUN_FILE
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps({
         "run_id": run_id, "pid": os.getpid(), "started_at": time.time(),
-        "overrides": list(overrides),
+        "overrides": list(overrides), "rest_ports": dict(rest_ports or {}),
         "config_files": [str(Path(f).resolve()) for f in config_files]}), encoding="utf-8")
     tmp.replace(path)
     return path
@@ -63,7 +68,8 @@ def _read(path: Path) -> RunInfo | None:
     try:
         d = json.loads(path.read_text(encoding="utf-8"))
         return RunInfo(d["run_id"], int(d["pid"]), float(d["started_at"]),
-                       tuple(d["overrides"]), tuple(d["config_files"]), path.parent)
+                       tuple(d["overrides"]), tuple(d["config_files"]), path.parent,
+                       {str(k): int(v) for k, v in d.get("rest_ports", {}).items()})
     except (OSError, ValueError, KeyError, TypeError):
         return None  # a run file being replaced, or not ours
 

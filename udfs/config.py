@@ -239,6 +239,7 @@ _RULES: dict[str, Callable[[Any], str | None]] = {
     "flink.checkpoints_retained": _between(1, 100),
     "flink.restart_attempts": _at_least(0),
     "flink.restart_delay_ms": _at_least(0),
+    "flink.local_rest_port": lambda v: None if v == 0 else _between(1024, 65535)(v),
     "local.kafka_controller_port": _port,
     "local.kafka_heap_mb": _at_least(128),
     "local.s3_master_port": _port,

@@ -157,6 +157,12 @@ def make_env(cfg: Config, *, thread_mode: bool = False, bundle_size: int | None 
         conf.set_string("metrics.reporter.prom.factory.class",
                         "org.apache.flink.metrics.prometheus.PrometheusReporterFactory")
         conf.set_string("metrics.reporter.prom.port", str(metrics_port))
+    if cfg["flink.local_rest_port"]:
+        # A local MiniCluster serves Flink's REST API (/jobs/overview, checkpoints) on
+        # this port, on loopback only: `crawl status` reads a `crawl run`'s jobs there.
+        conf.set_string("rest.port", str(cfg["flink.local_rest_port"]))
+        conf.set_string("rest.address", "127.0.0.1")
+        conf.set_string("rest.bind-address", "127.0.0.1")
     env = StreamExecutionEnvironment.get_execution_environment(conf)
     env.set_parallelism(cfg["flink.parallelism"])
     return env

@@ -1846,6 +1846,9 @@ EFFECTS: dict[str, Effect] = {
         p_flink, CONNECTOR_VERSIONS[1],
         lambda d, c, ch: all(c[j][0].get("pipeline.jars", "").endswith(
             f"flink-sql-connector-kafka-{CONNECTOR_VERSIONS[1]}.jar") for j in c)),
+    "flink.local_rest_port": Effect(p_flink, 18990, lambda d, c, ch: all(
+        c[j][0].get("rest.port") == "18990" and c[j][0].get("rest.bind-address") == "127.0.0.1"
+        and "rest.port" not in d[j][0] for j in c)),
     # cluster
     "metrics.frontier_port": Effect(p_flink, 9350, lambda d, c, ch: (
         c["frontier"][0].get("metrics.reporter.prom.port") == "9350"
