@@ -744,6 +744,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     run_help = ("the id of a running `crawl run` (run-<ID>.* topics); default: the newest "
                 "one running, else the configured topics (the local cluster, a deployment)")
+    def reply_options(p: argparse.ArgumentParser) -> None:
+        """What every command to the running frontier takes."""
+        p.add_argument("--run", metavar="ID", help=run_help)
+        p.add_argument("--json", action="store_true", help="print the reply as JSON")
+        p.add_argument("--timeout", type=float, default=30.0, metavar="SECONDS",
+                       help="wait this long for the frontier's reply (default 30)")
+
     p = command("host", help="show, pause, resume or re-pace one host of a running crawl",
                 description="Commands to one host's owner in the frontier job, through "
                 "the control topic; applied in the host's keyed state between two of its "
@@ -758,10 +765,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("action", choices=["show", "pause", "resume", "set", "reset"])
     p.add_argument("host", metavar="HOST_KEY", help="scheme://host[:port]")
     p.add_argument("settings", nargs="*", metavar="politeness.KEY=VALUE")
-    p.add_argument("--run", metavar="ID", help=run_help)
-    p.add_argument("--json", action="store_true", help="print the reply as JSON")
-    p.add_argument("--timeout", type=float, default=30.0, metavar="SECONDS",
-                   help="wait this long for the frontier's reply (default 30)")
+    reply_options(p)
     p.set_defaults(func=_cmd_host, check=_check_host)
 
     p = command("url", help="show one URL's state in a running crawl, and why it waits",
@@ -772,10 +776,7 @@ def build_parser() -> argparse.ArgumentParser:
                 "other URLs ahead).")
     p.add_argument("action", choices=["show"])
     p.add_argument("url", metavar="URL")
-    p.add_argument("--run", metavar="ID", help=run_help)
-    p.add_argument("--json", action="store_true", help="print the reply as JSON")
-    p.add_argument("--timeout", type=float, default=30.0, metavar="SECONDS",
-                   help="wait this long for the frontier's reply (default 30)")
+    reply_options(p)
     p.set_defaults(func=_cmd_url, check=_check_url_show)
 
     p = command("status", help="one screen for a running crawl: jobs, checkpoints, rates, "

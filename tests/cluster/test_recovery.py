@@ -165,7 +165,7 @@ def test_crawl_survives_kill_9_upgrade_rescale_and_fetcher_faults(cfg, fresh_top
     watcher = None
     paused = next(hk for hk, s in sites.items() if s.name == PAUSED_SITE)
     slowed = next(hk for hk, s in sites.items() if s.name == SLOWED_SITE)
-    controls: dict[str, float] = {}  # when each command was in a checkpoint (monotonic)
+    controls: dict[str, float] = {}  # when each command was sent (monotonic)
 
     def command(host_key: str, action: str, **kw) -> dict:
         reply = send_command(run_cfg, host_key, action, timeout_s=120,
@@ -199,11 +199,11 @@ def test_crawl_survives_kill_9_upgrade_rescale_and_fetcher_faults(cfg, fresh_top
         for fraction, job in ((0.2, "frontier"), (0.3, "fetcher")):
             wait_for(fraction)
             if job == "frontier":
-                assert command(paused, "PAUSE")["paused"]
                 controls["paused"] = time.monotonic()
+                assert command(paused, "PAUSE")["paused"]
+                controls["slowed"] = time.monotonic()
                 slow = command(slowed, "SET", settings={"min_gap_s": str(SLOW_GAP_S)})
                 assert slow["policy"]["min_gap_s"] == SLOW_GAP_S
-                controls["slowed"] = time.monotonic()
             pid = kill_taskmanager(cluster, job)
             disruptions.append(f"kill -9 of the {job}'s taskmanager (pid {pid}) "
                                f"at {len(indexed())} pages")
@@ -226,8 +226,8 @@ def test_crawl_survives_kill_9_upgrade_rescale_and_fetcher_faults(cfg, fresh_top
         wait_running(cluster, "frontier")
         # The upgraded build restored the controls too; the paused host may go on.
         assert command(paused, "SHOW")["paused"]
+        controls["resumed"] = time.monotonic()  # sent: it applies before its checkpoint
         assert not command(paused, "RESUME")["paused"]
-        controls["resumed"] = time.monotonic()
 
         # c. Rescale 1 -> 2 (still build v2).
         wait_for(0.6)

@@ -101,8 +101,7 @@ def test_pause_set_resume_show_against_a_running_crawl(cfg, tmp_path):
         resumed = time.monotonic()
         wait_for(lambda: page_starts(log_path, paused, resumed), 20,
                  "requests to the resumed host")
-        # A replayed command (same version) is answered, not applied again: checked in
-        # the unit tests; here a refused one is one line and changes nothing.
+        # A host this crawl does not know: answered from an empty host, no state made.
         res = crawl_cli("host", "show", "http://no-such-host.test", "--run", run_id)
         assert res.returncode == 0 and "URLs: 0 in memory" in res.stdout
     finally:
