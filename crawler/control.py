@@ -16,6 +16,7 @@ from typing import Any
 
 from udfs.avro import registry
 from udfs.config import Config
+from udfs.core.control import span
 from udfs.core.urls import normalize_url, split_host_key
 
 _seq = itertools.count(1)
@@ -107,11 +108,7 @@ def _wait_committed(cfg: Config, tp, offset: int, deadline: float) -> bool:
 
 
 def _age(seconds: float | None) -> str:
-    if seconds is None:
-        return "-"
-    s = abs(seconds)
-    text = f"{s:.1f} s" if s < 120 else f"{s / 60:.1f} min" if s < 7200 else f"{s / 3600:.1f} h"
-    return text
+    return "-" if seconds is None else span(seconds)
 
 
 def render_host(d: dict[str, Any]) -> str:

@@ -178,7 +178,8 @@ def metrics_summary(now: Samples, before: Samples | None, dt: float) -> dict[str
         window = [(b, c - old.get(b, 0.0)) for b, c in buckets]
         recent = before is not None and window[-1][1] > 0 and all(c >= 0 for _, c in window)
         use = window if recent else buckets
-        lag[cls] = {"count": buckets[-1][1], "over": f"last {dt:.0f} s" if recent
+        # The count is that of the leases the percentiles are read from.
+        lag[cls] = {"count": use[-1][1], "over": f"last {dt:.0f} s" if recent
                     else "since start", "p50_s": quantile(0.5, use),
                     "p99_s": quantile(0.99, use)}
     return {

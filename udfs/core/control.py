@@ -147,6 +147,13 @@ def describe_url(h: HostFrontier, url: str, now: float) -> dict[str, Any]:
     return out
 
 
+def span(seconds: float) -> str:
+    """A duration for reading: 45 s, 12.5 min, 3.0 h, 30.0 d."""
+    s = abs(seconds)
+    return (f"{s:.0f} s" if s < 120 else f"{s / 60:.1f} min" if s < 7200 else
+            f"{s / 3600:.1f} h" if s < 172800 else f"{s / 86400:.1f} d")
+
+
 def why_waiting(h: HostFrontier, u: UrlState | None, now: float) -> str:
     """One sentence: why this URL is not being fetched now (the first reason that holds,
     in the order the scheduler checks them)."""
@@ -162,13 +169,13 @@ def why_waiting(h: HostFrontier, u: UrlState | None, now: float) -> str:
         state = {UrlStatus.TOMBSTONE: "gone (404/410); next check",
                  UrlStatus.PARKED: f"parked ({u.park_reason}); next try",
                  UrlStatus.FETCHED: "fetched; next visit"}.get(u.status, "next try")
-        return f"{state} in {u.next_fetch_at - now:.0f} s"
+        return f"{state} in {span(u.next_fetch_at - now)}"
     if h._robots_blocking(now):
         return "waiting for the host's robots.txt"
     if decide(h.robots, u.url, now, h.cfg.robots, h._parsed) is Verdict.DISALLOWED:
         return "disallowed by the host's robots.txt; checked again when it is refetched"
     if h.backoff_until > now:
-        return f"its host is backing off for {h.backoff_until - now:.0f} s (429/503 or errors)"
+        return f"its host is backing off for {span(h.backoff_until - now)} (429/503 or errors)"
     if h.budget.remaining(now, h.policy.daily_budget) == 0:
         return "its host's daily budget is spent"
     start = h.ready_at(now)
