@@ -154,9 +154,11 @@ def render_url(d: dict[str, Any]) -> str:
         f"  version {d['version']} (accepted {d['accepted_version']}), attempt {d['attempt']}"
         f", failures {d['failure_count']}" + (f", parked: {d['park_reason']}"
                                               if d["park_reason"] else ""),
-        f"  next fetch in {_age(d['next_fetch_in_s'])}"
-        + ("" if d["next_fetch_in_s"] is None or d["next_fetch_in_s"] >= 0 else " (overdue)")
-        + f"; last fetch {_age(d['last_fetch_age_s'])} ago; interval {_age(d['interval_s'])}",
+        ("  next fetch in " if d["next_fetch_in_s"] >= 0 else "  next fetch due for ")
+        + _age(d["next_fetch_in_s"]) + "; "
+        + ("never fetched" if d["last_fetch_age_s"] is None else
+           f"last fetch {_age(d['last_fetch_age_s'])} ago")
+        + f"; interval {_age(d['interval_s'])}",
         f"  priority {d['priority']}, queue score {d['score']:.3f}, depth {d['depth']}, "
         f"duplicate: {DUP_NAMES.get(d['duplicate'], d['duplicate'])}",
     ])

@@ -115,7 +115,8 @@ def describe_host(h: HostFrontier, now: float) -> dict[str, Any]:
         "backoff_exponent": h.backoff_exponent,
         "robots": {"status": r.status.value,
                    "age_s": None if r.fetched_at is None else round(now - r.fetched_at, 3),
-                   "expires_in_s": _in(r.expires_at, now), "failures": r.failures},
+                   "expires_in_s": _in(r.expires_at, now) if r.fetched_at is not None else None,
+                   "failures": r.failures},
         "in_flight": [{"url": lease.url, "kind": lease.kind.value,
                        "not_before_in_s": _in(lease.not_before, now)}
                       for lease in sorted(h.in_flight.values(),
