@@ -327,7 +327,7 @@ def _cmd_host(args: argparse.Namespace) -> int:
 
     def render(reply: dict) -> None:
         if args.action != "show":
-            done = "done" if reply["applied"] else "already in effect (not applied again)"
+            done = "done" if reply["applied"] else "applied already (a record seen twice)"
             kept = "kept in a checkpoint" if reply.get("durable") else (
                 f"not in a checkpoint within {args.timeout:.0f} s: a restore before the "
                 "next one replays it from the control topic")

@@ -116,7 +116,8 @@ def render_host(d: dict[str, Any]) -> str:
     p, pace, r, u = d["policy"], d["pace"], d["robots"], d["urls"]
     lines = [
         f"host {d['host_key']}: {'PAUSED' if d['paused'] else 'active'}"
-        f" (last command version {d['control_version']})",
+        f" ({d['control_version']} operator commands applied)"
+        + ("" if d.get("known", True) else "; not known to this crawl yet"),
         f"  policy v{p['policy_version']}: min_gap_s {p['min_gap_s']}, max_in_flight "
         f"{p['max_in_flight']}, duration_factor {p['duration_factor']}, max_gap_s "
         f"{p['max_gap_s']}, daily_budget {p['daily_budget']}",

@@ -74,3 +74,23 @@ def count_violations(requests: Iterable[Request], rules: Mapping[str, HostRules]
                                                                       key + r.path):
                 out["disallowed"] += 1
     return out
+
+
+def address_violations(requests: Iterable[Request], min_gap_s: float, max_in_flight: int
+                       ) -> dict[str, int]:
+    """IP-level politeness (fetch.ip_min_gap_s, fetch.ip_max_in_flight) over requests
+    that all reached one address, as the server saw them: a request that started sooner
+    than `min_gap_s` after the last end before it, and one that started while
+    `max_in_flight` others were being served (0: no rule)."""
+    out = {"ip_gap": 0, "ip_concurrency": 0}
+    active: list[float] = []
+    last_end = float("-inf")
+    for r in sorted(requests, key=lambda r: r.start):
+        last_end = max([last_end, *(e for e in active if e <= r.start)])
+        active = [e for e in active if e > r.start]
+        if max_in_flight and len(active) >= max_in_flight:
+            out["ip_concurrency"] += 1
+        if r.start - last_end < min_gap_s - 1e-9:
+            out["ip_gap"] += 1
+        active.append(r.end)
+    return out

@@ -262,13 +262,28 @@ class Watcher:
         self.consumer.close()
 
 
+# Listening ports for a run's jobs come from below Linux's ephemeral range (32768 and
+# up): a port picked there can be taken by any outgoing connection (a Kafka client's)
+# between the pick and the job's bind, and a job whose REST port is taken fails to start.
+LISTEN_PORTS = range(20000, 32768)
+
+
 def free_port() -> int:
-    """A TCP port free on 127.0.0.1 now (the job binds it moments later)."""
+    """A TCP port free on 127.0.0.1 now, outside the ephemeral range (the job binds it
+    moments later; only another listener picking the same port could race it)."""
+    import random
     import socket
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    start = random.randrange(len(LISTEN_PORTS))
+    for i in range(len(LISTEN_PORTS)):
+        port = LISTEN_PORTS[(start + i) % len(LISTEN_PORTS)]
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise OSError(f"no free port in {LISTEN_PORTS.start}-{LISTEN_PORTS.stop - 1}")
 
 
 def synthetic_overrides(web, state_dir: Path, min_gap_s: float) -> list[str]:

@@ -145,6 +145,8 @@ _RULES: dict[str, Callable[[Any], str | None]] = {
     "robots.retry_max_s": _between(1, 86400),
     "robots.crawl_delay": _one_of("honor", "ignore"),
     "robots.crawl_delay_cap_s": _between(0, 3600),
+    "fetch.ip_min_gap_s": _between(0, 3600),
+    "fetch.ip_max_in_flight": _between(0, 10000),
     "politeness.max_in_flight": _between(1, 1000),
     "politeness.min_gap_s": _between(0, 86400),
     "politeness.duration_factor": _between(0, 1000),

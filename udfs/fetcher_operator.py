@@ -24,6 +24,7 @@ import math
 import time
 from dataclasses import replace
 from typing import Any
+from urllib.parse import urlsplit
 
 from pyflink.common import Row, Types
 from pyflink.datastream.functions import AsyncFunction
@@ -33,6 +34,7 @@ from udfs.config import Config
 from udfs.core.addresses import AddressPolicy
 from udfs.core.backqueue import REPORTED, BackQueues, LeaseTiming, Skip
 from udfs.core.fetching import DnsCache, FetchLimits
+from udfs.core.ipgate import IpGate, IpPolicy
 from udfs.core.politeness import Pace, parse_retry_after
 from udfs.core.selfcheck import BREACHES, OUTCOME_CLASSES, PolitenessSelfCheck, outcome_class
 from udfs.core.urls import UrlPolicy
@@ -105,6 +107,10 @@ class FetchFunction(AsyncFunction):
                                  hold_s=cfg["fetch.hold_s"],
                                  fetch_s=self.limits.total_timeout_s + 1.0)
         self.turns: dict[str, asyncio.Condition] = {}  # per host, in the operator's loop
+        # The second politeness key, on the server's address (udfs/core/ipgate.py).
+        self.ip_gate = IpGate(IpPolicy(cfg["fetch.ip_min_gap_s"], cfg["fetch.ip_max_in_flight"]))
+        self.ip_turns: dict[str, asyncio.Condition] = {}
+        self.ip_resolver = None  # shares self.cache with the session's resolver
         self.calls = 0
         # No lease is worked on longer than its hold, its fetch and a margin: past that
         # it is given up (it expires at the frontier and is re-let).
@@ -199,22 +205,69 @@ class FetchFunction(AsyncFunction):
                 except TimeoutError:
                     pass
 
+    def _ip_turn(self, address: str) -> asyncio.Condition:
+        turn = self.ip_turns.get(address)
+        if turn is None:
+            turn = self.ip_turns[address] = asyncio.Condition()
+        return turn
+
+    async def _wait_address(self, lease: dict[str, Any], timing: LeaseTiming
+                            ) -> tuple[str | None, Skip | None]:
+        """Hold a request its host allows until its server's address allows it too, then
+        count it there: (the address, None). (None, None): the name does not resolve to
+        an allowed address (the fetch fails without connecting). (None, TOO_LATE): the
+        address's turn would come too close to the lease's expiry."""
+        from udfs.fetch_client import GuardedResolver
+
+        if self.ip_resolver is None:
+            self.ip_resolver = GuardedResolver(self.cache)
+        try:
+            answers = await self.ip_resolver.resolve(urlsplit(lease["url"]).hostname or "")
+        except OSError:
+            return None, None
+        address = answers[0]["host"]
+        # Held no longer than a lease is held for its host (fetch.hold_s), and never
+        # so long that the fetch could outlive the lease.
+        deadline = min(time.time() + self.queues.hold_s,
+                       timing.expires_at - self.queues.fetch_s)
+        turn = self._ip_turn(address)
+        async with turn:
+            while True:
+                now = time.time()
+                wait = self.ip_gate.wait(address, now)
+                if wait == 0.0:
+                    self.ip_gate.begin(address, now)
+                    return address, None
+                if now + (wait or 0.0) > deadline:
+                    return None, Skip.TOO_LATE
+                try:  # woken early when a request to the address ends
+                    await asyncio.wait_for(turn.wait(), deadline - now if wait is None
+                                           else wait)
+                except TimeoutError:
+                    pass
+
     async def _release(self, timing: LeaseTiming, started: float,
-                       completion: dict | None) -> None:
+                       completion: dict | None, sent: bool = True) -> None:
         """The request is over: its host's next request may follow after the gap. The
         gap runs from now (after storing and parsing: never shorter than from the
         response), and the duration rule uses the request's own duration — the one the
-        completion reports and the frontier plans from — not our store and parse time."""
+        completion reports and the frontier plans from — not our store and parse time.
+        `sent=False`: the host's turn was taken but no request went out (the address's
+        turn came too late): the slot is free again, with no gap to add."""
         now = time.time()
-        if completion is None:  # the fetch raised: all we know is the time it took
+        if not sent:
+            self.queues.cancel(timing, now)
+        elif completion is None:  # the fetch raised: all we know is the time it took
             outcome, retry_after, duration = "OTHER_ERROR", None, now - started
         else:
             outcome, retry_after = completion["outcome"], completion["retry_after"]
             duration = completion["fetch_duration_ms"] / 1000
-        throttled = outcome == "THROTTLED"
-        retry_until = parse_retry_after(retry_after, now) if throttled else None
-        self.queues.end(timing, now, duration, throttled=throttled, retry_until=retry_until)
-        self.selfcheck.end(timing.host_key, now, retry_until)
+        if sent:
+            throttled = outcome == "THROTTLED"
+            retry_until = parse_retry_after(retry_after, now) if throttled else None
+            self.queues.end(timing, now, duration, throttled=throttled,
+                            retry_until=retry_until)
+            self.selfcheck.end(timing.host_key, now, retry_until)
         turn = self._turn(timing.host_key)
         async with turn:
             turn.notify_all()
@@ -248,11 +301,24 @@ class FetchFunction(AsyncFunction):
         if self.calls % 1000 == 0:
             self.queues.forget_idle(now, IDLE_SLOT_S)
             self.turns = {k: v for k, v in self.turns.items() if k in self.queues.slots}
+            self.ip_gate.forget_idle(now, max(IDLE_SLOT_S, self.ip_gate.policy.min_gap_s))
+            self.ip_turns = {k: v for k, v in self.ip_turns.items()
+                             if k in self.ip_gate.addresses}
         skip = self.queues.admit(timing, now)
         if skip is None:
             skip = await self._wait_turn(timing)
         if skip is not None:
             return self._skipped(lease, timing, skip)
+        address = None
+        if self.ip_gate.policy.on:  # the host allows it; its server's address must too
+            try:
+                address, skip = await self._wait_address(lease, timing)
+            except BaseException:  # cancelled (the lease's guard): nothing was sent
+                await asyncio.shield(self._release(timing, time.time(), None, sent=False))
+                raise
+            if skip is not None:  # not sent: the host's slot is free again at once
+                await self._release(timing, time.time(), None, sent=False)
+                return self._skipped(lease, timing, skip)
         started = time.time()
         self.selfcheck.start(timing.host_key, started, timing.pace.gap_s,
                              timing.pace.max_in_flight)
@@ -269,6 +335,11 @@ class FetchFunction(AsyncFunction):
                 self.faults.after_response(lease["url"])
         finally:
             await self._release(timing, started, completion)
+            if address is not None:
+                self.ip_gate.end(address, time.time())
+                turn = self._ip_turn(address)
+                async with turn:
+                    turn.notify_all()
         host = lease["host_key"]
         self._count(completion)
         # Written as completion v1 (v2 only adds NOT_SENT): a frontier of the build before

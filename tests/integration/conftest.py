@@ -47,11 +47,10 @@ def fresh_topics(admin):
 
 
 def free_port() -> int:
-    import socket
+    """A port for a job or server to listen on (outside the ephemeral range)."""
+    from crawler.run import free_port as pick
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    return pick()
 
 
 def scrape(port: int) -> dict[tuple[str, frozenset], float]:

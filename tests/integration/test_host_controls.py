@@ -67,10 +67,14 @@ def test_pause_set_resume_show_against_a_running_crawl(cfg, tmp_path):
             return hosts if len(hosts) >= 2 else []
 
         paused, slowed = wait_for(busy_hosts, 120, "two hosts with pages fetched")[:2]
+        # From when each command is sent (it applies at once; the CLI then waits for a
+        # checkpoint to hold it before it returns).
+        paused_at = time.monotonic()
         res = crawl_cli("host", "pause", paused, "--run", run_id)
         assert res.returncode == 0, res.stderr
         assert f"pause {paused}: done; kept in a checkpoint" in res.stdout, res.stdout
         assert "PAUSED" in res.stdout
+        slowed_at = time.monotonic()
         res = crawl_cli("host", "set", slowed, "politeness.min_gap_s=3", "--run", run_id,
                         "--json")
         assert res.returncode == 0, res.stderr
@@ -78,13 +82,12 @@ def test_pause_set_resume_show_against_a_running_crawl(cfg, tmp_path):
         assert reply["applied"] and reply["durable"]
         assert reply["detail"]["policy"]["min_gap_s"] == 3.0
         assert reply["run_id"] == run_id
-        commanded = time.monotonic()
         time.sleep(30)
 
         # From the server's log: nothing for the paused host once its leases already out
         # are used; the slowed host's requests at least 3 s apart.
-        assert page_starts(log_path, paused, commanded + SETTLE_S) == []
-        later = page_starts(log_path, slowed, commanded + SETTLE_S)
+        assert page_starts(log_path, paused, paused_at + SETTLE_S) == []
+        later = page_starts(log_path, slowed, slowed_at + SETTLE_S)
         assert len(later) >= 5, later
         gaps = [b - a for a, b in zip(later, later[1:], strict=False)]
         assert min(gaps) >= 3.0, gaps
@@ -96,14 +99,15 @@ def test_pause_set_resume_show_against_a_running_crawl(cfg, tmp_path):
         res = crawl_cli("url", "show", paused + "/", "--run", run_id)
         assert res.returncode == 0, res.stderr
         assert "why: " in res.stdout
+        resumed = time.monotonic()
         res = crawl_cli("host", "resume", paused, "--run", run_id)
         assert res.returncode == 0, res.stderr
-        resumed = time.monotonic()
         wait_for(lambda: page_starts(log_path, paused, resumed), 20,
                  "requests to the resumed host")
-        # A host this crawl does not know: answered from an empty host, no state made.
+        # A host this crawl does not know: answered from an empty host.
         res = crawl_cli("host", "show", "http://no-such-host.test", "--run", run_id)
-        assert res.returncode == 0 and "URLs: 0 in memory" in res.stdout
+        assert res.returncode == 0 and "not known to this crawl yet" in res.stdout
+        assert "URLs: 0 in memory" in res.stdout
     finally:
         run.terminate()
         try:

@@ -86,6 +86,7 @@ class Site:
 
     def __init__(self) -> None:
         self.headers: list[dict[str, str]] = []
+        self.stalls: list[tuple[str, float, float]] = []  # (Host header, start, end)
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
         self.thread.start()
@@ -132,7 +133,9 @@ class Site:
                             content_type="application/gzip")
 
     async def stall(self, request):
+        start = time.monotonic()
         await asyncio.sleep(int(request.match_info["ms"]) / 1000)
+        self.stalls.append((request.host.split(":")[0], start, time.monotonic()))
         return web.Response(text=PAGE_HTML, content_type="text/html")
 
     async def drip(self, request):
@@ -946,6 +949,32 @@ def p_hold(cfg, w):
         return asyncio.run(go())
 
 
+def p_one_address(cfg, w):
+    """Three host names on one address (127.0.0.1), a 300 ms page each, leased at once:
+    (the most requests to the address at once, the shortest gap between two starts)."""
+    cfg = load_config(env={}, overrides=[
+        *(f"{k}={json.dumps(v)}" for k, v in cfg.changed().items()),
+        "fetch.static_hosts=[a.test=127.0.0.1,b.test=127.0.0.1,c.test=127.0.0.1]"])
+    job = FetcherJob(cfg, w)
+    names = ("a.test", "b.test", "c.test")
+    before = len(w.site.stalls)
+
+    async def go():
+        try:
+            await asyncio.gather(*(job.fetch(w.url("/stall/300", name)) for name in names))
+        finally:
+            await job.close()
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.chdir(w.cwd)
+        asyncio.run(go())
+    seen = sorted((start, end) for host, start, end in w.site.stalls[before:]
+                  if host in names)
+    assert len(seen) == 3, seen
+    most = max(sum(1 for s, e in seen if s <= start < e) for start, _ in seen)
+    return most, round(min(b[0] - a[0] for a, b in zip(seen, seen[1:], strict=False)), 2)
+
+
 def p_attempts_unanswered(cfg, w):
     """The attempt numbers of one page's leases when none is answered (40 minutes)."""
     job = crawl(cfg, w, [seeds("/1")], 2400, answer_none)
@@ -1755,6 +1784,14 @@ EFFECTS: dict[str, Effect] = {
                                 flink_is("fetcher", "python.fn-execution.bundle.size", "50")),
     "fetch.bundle_time_ms": Effect(p_flink, 40,
                                    flink_is("fetcher", "python.fn-execution.bundle.time", "40")),
+    "fetch.ip_min_gap_s": Effect(p_one_address, 0.5,
+                                 lambda d, c, ch: d[1] < 0.2 and c[1] >= 0.49,
+                                 "requests to one address start at least this far apart",
+                                 base=tuple(LOOPBACK_NETS)),
+    "fetch.ip_max_in_flight": Effect(p_one_address, 1,
+                                     lambda d, c, ch: d[0] == 3 and c[0] == 1,
+                                     "at most this many requests to one address at once",
+                                     base=tuple(LOOPBACK_NETS)),
     "fetch.hold_s": Effect(p_hold, 1.6, lambda d, c, ch: (d, c) == ("OK", "NOT_SENT"),
                            "a lease whose turn is further away than hold_s is not sent",
                            base=tuple(LOOPBACK_NETS)),

@@ -144,6 +144,30 @@ def test_the_frontier_size_gauges_follow_each_host_and_restart_from_zero(world):
     assert m.read("frontier_hosts") == 2
 
 
+def test_a_host_wakes_when_its_backoff_ends_though_nothing_is_due():
+    # The size gauges recount a host when it is touched: the end of a backoff must
+    # touch it, or a host whose last URL was parked reads "in backoff" for a week.
+    from udfs.core.frontier import Outcome
+
+    from .test_frontier import H as HOST
+    from .test_frontier import host, ok, with_robots
+
+    h = host()
+    t = with_robots(h, urls=[HOST + "/a"])
+    for _ in range(4):  # 500 each time: retried with backoff, then parked
+        lease = None
+        for _ in range(10):  # to the next wake that grants (a backoff's end may not)
+            t = max(t, h.next_wake(t))
+            lease = h.poll(t)
+            if lease is not None:
+                break
+        t = max(t, lease.not_before)
+        h.complete(ok(lease, Outcome.SERVER_ERROR, http_status=500), t)
+    assert h.urls[lease.url_id].status.value == "PARKED" and h.backoff_until > t + 60
+    assert h.next_wake(t) == h.backoff_until
+    assert h.gauges(t)[3] == 1 and h.gauges(h.backoff_until)[3] == 0
+
+
 def test_the_intake_counts_dead_letters_by_reason(world):  # noqa: F811
     cfg = load_config(env={})
     job = FrontierJob(cfg, world)

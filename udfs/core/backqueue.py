@@ -172,6 +172,14 @@ class BackQueues:
             s.halt_seq = max(s.halt_seq, lease.throttle_seq + 1)
         s.last_used = now
 
+    def cancel(self, lease: LeaseTiming, now: float) -> None:
+        """A request `begin` counted did not go out after all: its place in flight is
+        free again. The gap `begin` set stays (it errs on the polite side); no end is
+        counted, so no duration rule follows."""
+        s = self.slot(lease.host_key)
+        s.in_flight = max(0, s.in_flight - 1)
+        s.last_used = now
+
     def forget_idle(self, now: float, idle_s: float) -> int:
         """Drop slots unused for `idle_s` with nothing in flight and no wait pending (their
         admitted ids go too: a follower of a forgotten lease is then not sent, safely)."""

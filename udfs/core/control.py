@@ -3,10 +3,14 @@
 `crawl host pause|resume|set|reset|show` and `crawl url show` send a `HostCommand`
 to the frontier job's control topic, keyed by host_key; the frontier applies it in
 that host's keyed state, between two of its own decisions, so a command can never
-race the scheduler. Commands that change a host carry a version (the sender's clock):
-one not newer than the host's last applied command is answered but not applied again,
-so a replay from a checkpoint changes nothing twice. A negotiated allowance (`set`)
-replaces only that host's policy fields and becomes its `policy_version`.
+race the scheduler. Commands apply in the order the host's control-topic partition
+holds them (one partition per host: the topic is keyed by host_key), never by the
+senders' clocks, which may disagree. A restore from a checkpoint re-reads exactly the
+commands its state had not applied yet (Flink keeps source offsets and state
+together); a record written twice (a producer's retry, a resent command) carries the
+same command_id and is applied once. Each applied change counts up the host's
+`control_version`; a negotiated allowance (`set`) replaces only that host's policy
+fields and counts up its `policy_version`.
 
 Pure: everything takes the host and `now`; the operator only adapts it to the topics.
 """
@@ -35,6 +39,7 @@ class Command(StrEnum):
 
 
 CHANGES = frozenset({Command.PAUSE, Command.RESUME, Command.SET, Command.RESET})
+REMEMBERED_COMMANDS = 16  # ids of the last applied changes: a record written twice
 
 
 @dataclass(frozen=True)
@@ -42,7 +47,7 @@ class HostCommand:
     command_id: str
     host_key: str
     command: Command
-    version: int  # orders the commands that change a host (epoch ms of the sender)
+    version: int  # when the sender issued it (epoch ms); informational, not an order
     settings: dict[str, Any] = field(default_factory=dict)  # SET: typed policy fields
     url: str | None = None  # SHOW_URL
 
@@ -64,25 +69,23 @@ def apply_command(h: HostFrontier, cmd: HostCommand, now: float, defaults: HostP
             return Reply(False, error="SHOW_URL needs a url")
         return Reply(True, detail=describe_url(h, cmd.url, now))
     if cmd.command in CHANGES:
-        if cmd.version <= h.control_version:
+        if cmd.command_id in h.commands:
             detail = describe_host(h, now)
-            detail["note"] = (f"not applied again: version {cmd.version} is not newer than "
-                              f"the host's last command ({h.control_version})")
+            detail["note"] = f"{cmd.command_id} was applied already: not applied again"
             return Reply(True, applied=False, detail=detail)
         if cmd.command is Command.SET:
             unknown = sorted(set(cmd.settings) - set(POLICY_KEYS))
             if unknown or not cmd.settings:
                 return Reply(False, error=f"not per-host policy keys: {unknown}; allowed: "
                              f"{', '.join(POLICY_KEYS)}" if unknown else "SET needs settings")
-            version = max(cmd.version, h.policy.policy_version + 1)
-            h.set_policy(h.policy.override(cmd.settings, version))
+            h.set_policy(h.policy.override(cmd.settings, h.policy.policy_version + 1))
         elif cmd.command is Command.RESET:
-            h.policy = replace(defaults, policy_version=max(cmd.version,
-                                                            h.policy.policy_version + 1))
+            h.policy = replace(defaults, policy_version=h.policy.policy_version + 1)
             h.paused = False
         else:
             h.paused = cmd.command is Command.PAUSE
-        h.control_version = cmd.version
+        h.control_version += 1
+        h.commands = [*h.commands[-(REMEMBERED_COMMANDS - 1):], cmd.command_id]
         h._count(f"control_{cmd.command.value.lower()}")
         return Reply(True, applied=True, detail=describe_host(h, now))
     return Reply(True, detail=describe_host(h, now))
@@ -106,6 +109,7 @@ def describe_host(h: HostFrontier, now: float) -> dict[str, Any]:
     pace = h.pace()
     return {
         "host_key": h.host_key, "now": now, "paused": h.paused,
+        "known": bool(h.urls or h.in_flight or h.robots.fetched_at is not None or h.big),
         "control_version": h.control_version,
         "policy": {k: getattr(h.policy, k) for k in (*POLICY_KEYS, "policy_version")},
         "pace": {"gap_s": pace.gap_s, "max_in_flight": pace.max_in_flight,

@@ -299,9 +299,10 @@ class HostFrontier:
         self.allowance = 1.0
         self.dup_share = 0.0  # of its recent new pages, the share that were duplicates
         # An operator's controls (udfs/core/control.py): a paused host gets no new lease;
-        # control_version is the newest command applied (replays change nothing).
+        # control_version counts the commands applied, `commands` keeps the last ids.
         self.paused = False
         self.control_version = 0
+        self.commands: list[str] = []
         self.recent: list[tuple[float, str, str, int | None]] = []  # (at, kind, outcome, status)
         # The operator's size gauges: what this host last added to them, and in which
         # incarnation of the operator (after a restore the gauges start from zero).
@@ -736,6 +737,8 @@ class HostFrontier:
     def next_wake(self, now: float) -> float | None:
         """When this host next needs attention (a grant may be possible, or a lease expires)."""
         times = [lease.expires_at for lease in self.in_flight.values()]
+        if self.backoff_until > now:  # its end changes the host's state (and its gauges)
+            times.append(self.backoff_until)
         if not self.paused and len(self.in_flight) < self._lease_limit():
             want: float | None
             if self.robots_lease is None and self.robots_follow is not None:
@@ -973,7 +976,8 @@ class HostFrontier:
             "throttles": self.throttles, "last_duration_s": self.last_duration_s,
             "backoff_exponent": self.backoff_exponent, "allowance": self.allowance,
             "dup_share": self.dup_share, "paused": self.paused,
-            "control_version": self.control_version, "recent": list(self.recent),
+            "control_version": self.control_version, "commands": list(self.commands),
+            "recent": list(self.recent),
             "counted": self.counted,
             "in_flight": {k: _fields_of(v) for k, v in self.in_flight.items()},
             "budget": _fields_of(self.budget),
@@ -1031,6 +1035,7 @@ class HostFrontier:
         h.backoff_exponent, h.allowance = snap["backoff_exponent"], snap["allowance"]
         h.dup_share = snap["dup_share"]
         h.paused, h.control_version = snap["paused"], snap["control_version"]
+        h.commands = list(snap["commands"])
         h.recent = [tuple(r) for r in snap["recent"]]
         h.counted = None if snap["counted"] is None else \
             (snap["counted"][0], tuple(snap["counted"][1]))
