@@ -1,0 +1,187 @@
+"""The fetcher's WARC writer: records appended to a local temporary file, published to
+object storage whole, under its final name, in one step (udfs/warc.py has the records).
+
+One writer per fetcher subtask. Every call runs on the writer's own thread (`submit`):
+the fetch engine's loop hands a fetch over and awaits it without blocking on gzip or
+disk; the calls are serialized, so records are never interleaved.
+
+A file is closed and published when it reaches `warc.max_file_bytes` or
+`warc.max_file_age_s` (checked at each record and at each tick of the job), and when
+the task closes. Publishing: the temporary file is flushed and fsync'd, then put under
+its final name with `ObjectStore.put_file` (a local rename, or one S3 upload, which
+S3 shows only once complete), then its CDXJ index beside it. So:
+
+* **No half file that looks complete.** A published name only ever holds a whole file:
+  until the put ends, there is no object of that name; a crash during writing leaves
+  only the temporary file (`.tmp-*` in `warc.temp_dir`, never under the storage prefix;
+  not cleaned up by anyone yet). An index is put after its file, so an index never
+  points into a file that is not there.
+* **No record published twice.** Record ids follow from the fetch (lease id, URL
+  version, attempt). A record is written when its fetch ends, once, into the current
+  file, which is published once (a name is never reused: it holds the open time, the
+  writer's serial and a token of this task incarnation). After a crash, the records of
+  the unpublished file are gone with it; the incarnation after does not fetch them
+  again, because the fetcher never sends a lease issued before it started
+  (udfs/core/backqueue.py); the frontier re-lets such a URL as a new lease (a new
+  lease id: a new fetch and new records, not a copy). A replay thus never reproduces
+  a record already published.
+* **What a crash costs.** The records of the file being written when the task dies
+  (at most `max_file_age_s` seconds or `max_file_bytes` of fetches) are lost from the
+  WARC files, while their completions may already have reached the frontier (the
+  fetcher's sink is at-least-once and emits a completion when its fetch ends): those
+  fetches are in the audit trail and their bodies in content-addressed storage, but
+  have no WARC record. Closing that gap needs the completion held until its record's
+  file is published (a completion then waits up to max_file_age_s), or the temporary
+  file on storage that survives the task; neither is built.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import os
+import socket
+import tempfile
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from udfs.warc import (
+    SOFTWARE,
+    Dedup,
+    Fetch,
+    IndexEntry,
+    RollPolicy,
+    build_records,
+    cdxj,
+    file_name,
+    index_name,
+    warc_date,
+    warcinfo_record,
+)
+
+
+class WarcStats:
+    """Totals for the fetcher's metrics (read as gauges)."""
+
+    def __init__(self) -> None:
+        self.records = 0
+        self.revisits = 0
+        self.files_published = 0
+        self.bytes_published = 0
+        self.write_us = 0  # time spent building and writing records, microseconds
+
+
+class WarcWriter:
+    def __init__(self, store: Any, *, prefix: str, file_prefix: str, policy: RollPolicy,
+                 temp_dir: str = "", host: str | None = None, dedup_entries: int = 100_000,
+                 clock: Callable[[], float] = time.time, operator: str = "") -> None:
+        self.store = store
+        self.prefix = prefix
+        self.file_prefix = file_prefix
+        self.policy = policy
+        self.temp_dir = Path(temp_dir or os.path.join(tempfile.gettempdir(), "crawl-warc"))
+        self.host = host or f"{socket.gethostname()}-{uuid.uuid4().hex[:6]}"
+        self.clock = clock
+        self.operator = operator
+        self.dedup = Dedup(dedup_entries)
+        self.stats = WarcStats()
+        self.serial = 0
+        self._fh = None
+        self._path: Path | None = None
+        self._name = ""
+        self._opened_s = 0.0
+        self._size = 0
+        self._entries: list[IndexEntry] = []
+        self._pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="warc")
+
+    # -- on the writer's thread ------------------------------------------------------------
+
+    def _open(self) -> None:
+        now = self.clock()
+        self._name = file_name(self.file_prefix, int(now * 1000), self.serial, self.host)
+        self.serial += 1
+        self.temp_dir.mkdir(parents=True, exist_ok=True)
+        self._path = self.temp_dir / f".tmp-{self._name}"
+        self._fh = open(self._path, "wb")  # noqa: SIM115 - closed on publish
+        self._opened_s, self._size, self._entries = now, 0, []
+        info = warcinfo_record(self._name, int(now * 1000), {
+            "software": SOFTWARE, "format": "WARC File Format 1.1",
+            "conformsTo": "https://iipc.github.io/warc-specifications/specifications/"
+                          "warc-format/warc-1.1/",
+            "hostname": self.host, "operator": self.operator})
+        self._append(info)
+
+    def _append(self, rec) -> int:
+        offset = self._size
+        self._fh.write(rec.data)
+        self._size += len(rec.data)
+        return offset
+
+    def write(self, fetch: Fetch) -> list[str]:
+        """Write one fetch's records (opening a file if none is open); roll if due.
+        Returns the record ids written."""
+        started = time.perf_counter()
+        ex = fetch.exchange
+        digest_ref = None
+        cacheable = ex.status == 200 and not ex.truncated and ex.payload
+        from udfs.warc import sha256_b32
+
+        digest = sha256_b32(ex.payload) if cacheable else None
+        if digest is not None:
+            digest_ref = self.dedup.get(digest)
+        records = build_records(fetch, digest_ref)
+        if self._fh is None:
+            self._open()
+        for rec in records:
+            offset = self._append(rec)
+            if rec.rec_type in ("response", "revisit"):
+                self._entries.append(IndexEntry(rec.url, rec.date_ms, rec.mime, rec.status,
+                                                rec.digest, len(rec.data), offset,
+                                                self._name, rec.rec_type))
+        main = records[0]
+        if main.rec_type == "revisit":
+            self.stats.revisits += 1
+        elif digest is not None:
+            self.dedup.add(digest, (main.record_id, fetch.url, warc_date(fetch.fetched_at_ms)))
+        self.stats.records += len(records)
+        self.stats.write_us += int((time.perf_counter() - started) * 1_000_000)
+        self.roll_if_due()
+        return [r.record_id for r in records]
+
+    def roll_if_due(self) -> str | None:
+        if self._fh is not None and self.policy.due(self._size, self._opened_s, self.clock()):
+            return self.publish()
+        return None
+
+    def publish(self) -> str | None:
+        """Close the open file and put it (then its index) under its final name; the
+        key of the file, None if no file was open."""
+        if self._fh is None:
+            return None
+        fh, path, name = self._fh, self._path, self._name
+        self._fh = None
+        fh.flush()
+        os.fsync(fh.fileno())
+        fh.close()
+        key = f"{self.prefix}{name}"
+        self.store.put_file(key, path)  # raises: the task fails; nothing is published
+        self.store.put_object(index_name(key), cdxj(self._entries))
+        self.stats.files_published += 1
+        self.stats.bytes_published += self._size
+        path.unlink(missing_ok=True)
+        return key
+
+    # -- from any thread ---------------------------------------------------------------------
+
+    def submit(self, fn: Callable, *args) -> concurrent.futures.Future:
+        """Run `fn(*args)` on the writer's thread (e.g. `writer.submit(writer.write, f)`)."""
+        return self._pool.submit(fn, *args)
+
+    def close(self) -> None:
+        """Publish the open file after every write already handed over."""
+        try:
+            self._pool.submit(self.publish).result()
+        finally:
+            self._pool.shutdown(wait=True)
