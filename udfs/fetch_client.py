@@ -222,17 +222,23 @@ async def _decode(decoder: Any, chunk: bytes, out: bytearray, cap: int) -> float
     return spent
 
 
-def _exchange(resp: aiohttp.ClientResponse, wire: list[bytes], truncated: str | None
-              ) -> Exchange:
+def _peer(resp: aiohttp.ClientResponse) -> str | None:
+    """The address the response came from. aiohttp releases a connection whose answer
+    is already buffered (`resp.connection` is then None), so the response's protocol
+    (a private attribute: None if a later aiohttp drops it) is asked too."""
+    for holder in (resp.connection, getattr(resp, "_protocol", None)):
+        transport = getattr(holder, "transport", None)
+        peer = transport.get_extra_info("peername") if transport is not None else None
+        if peer:
+            return str(peer[0])
+    return None
+
+
+def _exchange(resp: aiohttp.ClientResponse, wire: list[bytes], truncated: str | None,
+              ip: str | None) -> Exchange:
     """The exchange of `resp` as the WARC records keep it: the request as aiohttp sent
     it, the status line and the headers as received (order, case, repeats), the payload
     as received (Content-Encoding kept; aiohttp has removed any chunked coding)."""
-    ip = None
-    try:
-        peer = resp.connection.transport.get_extra_info("peername")  # type: ignore[union-attr]
-        ip = str(peer[0]) if peer else None
-    except AttributeError:
-        pass
     v = resp.version
     info = resp.request_info
     return Exchange(
@@ -273,6 +279,7 @@ async def fetch(session: aiohttp.ClientSession, url: str, kind: Kind, limits: Fe
                                headers.get("Location"))
             body, wire, too_large, decode_s = b"", 0, False, 0.0
             raw: list[bytes] = []  # the wire bytes, kept only for the exchange
+            ip = _peer(resp) if keep_exchange else None
             # A body that is not read (only OK answers' are) is absent from the record.
             truncated = None if outcome is Outcome.OK or \
                 headers.get("Content-Length", "").strip() == "0" else "unspecified"
@@ -300,7 +307,7 @@ async def fetch(session: aiohttp.ClientSession, url: str, kind: Kind, limits: Fe
                         truncated = "length"
                     del out[cap:]
                     body = bytes(out)
-            exchange = _exchange(resp, raw, truncated) if keep_exchange else None
+            exchange = _exchange(resp, raw, truncated, ip) if keep_exchange else None
             return FetchResponse(outcome, resp.status, headers, body, wire,
                                  time.monotonic() - start - decode_s, decode_s=decode_s,
                                  exchange=exchange)
