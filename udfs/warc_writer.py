@@ -6,7 +6,8 @@ the fetch engine's loop hands a fetch over and awaits it without blocking on gzi
 disk; the calls are serialized, so records are never interleaved.
 
 A file is closed and published when it reaches `warc.max_file_bytes` or
-`warc.max_file_age_s` (checked at each record and at each tick of the job), and when
+`warc.max_file_age_s` (checked at each record and at each tick of the job; the put
+then runs on a second thread while the next file fills, one put at a time), and when
 the task closes. Publishing: the temporary file is flushed and fsync'd, then put under
 its final name with `ObjectStore.put_file` (a local rename, or one S3 upload, which
 S3 shows only once complete), then its CDXJ index beside it. So:
@@ -95,6 +96,11 @@ class WarcWriter:
         self._size = 0
         self._entries: list[IndexEntry] = []
         self._pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="warc")
+        # A rolled file is put on its own thread, so that an upload (a 1 GB file to S3
+        # takes a while) does not hold up the records of the fetches that follow; at most
+        # one at a time (the next roll waits for it: temporary files never pile up).
+        self._uploads = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="warc-put")
+        self._upload: concurrent.futures.Future | None = None
 
     # -- on the writer's thread ------------------------------------------------------------
 
@@ -151,27 +157,46 @@ class WarcWriter:
         return [r.record_id for r in records]
 
     def roll_if_due(self) -> str | None:
+        """Close the open file if it is due and have it put in the background; its key.
+        A failed earlier put is raised here (the task fails)."""
+        self._wait_upload(done_only=True)
         if self._fh is not None and self.policy.due(self._size, self._opened_s, self.clock()):
-            return self.publish()
+            self._wait_upload()
+            closed = self._close_file()
+            self._upload = self._uploads.submit(self._put, *closed)
+            return closed[1]
         return None
 
-    def publish(self) -> str | None:
-        """Close the open file and put it (then its index) under its final name; the
-        key of the file, None if no file was open."""
-        if self._fh is None:
-            return None
-        fh, path, name = self._fh, self._path, self._name
+    def _wait_upload(self, done_only: bool = False) -> None:
+        up = self._upload
+        if up is not None and (up.done() or not done_only):
+            self._upload = None
+            up.result()  # raises the put's error
+
+    def _close_file(self) -> tuple[Path, str, list[IndexEntry], int]:
+        fh, path = self._fh, self._path
         self._fh = None
         fh.flush()
         os.fsync(fh.fileno())
         fh.close()
-        key = f"{self.prefix}{name}"
+        return path, f"{self.prefix}{self._name}", self._entries, self._size
+
+    def _put(self, path: Path, key: str, entries: list[IndexEntry], size: int) -> None:
         self.store.put_file(key, path)  # raises: the task fails; nothing is published
-        self.store.put_object(index_name(key), cdxj(self._entries))
+        self.store.put_object(index_name(key), cdxj(entries))
         self.stats.files_published += 1
-        self.stats.bytes_published += self._size
+        self.stats.bytes_published += size
         path.unlink(missing_ok=True)
-        return key
+
+    def publish(self) -> str | None:
+        """Close the open file and put it (then its index) under its final name, now,
+        after any put under way; the key of the file, None if no file was open."""
+        self._wait_upload()
+        if self._fh is None:
+            return None
+        closed = self._close_file()
+        self._put(*closed)
+        return closed[1]
 
     # -- from any thread ---------------------------------------------------------------------
 
@@ -185,3 +210,4 @@ class WarcWriter:
             self._pool.submit(self.publish).result()
         finally:
             self._pool.shutdown(wait=True)
+            self._uploads.shutdown(wait=True)

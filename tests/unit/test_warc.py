@@ -361,3 +361,35 @@ def test_writing_a_fetch_costs_little(tmp_path, n):
     w.close()
     print(f"WARC writing: {per_fetch_ms:.2f} ms per fetch of {len(page)} bytes")
     assert per_fetch_ms < 50  # loose: a shared CI machine
+
+
+def test_a_rolled_file_is_put_in_the_background_and_a_failed_put_fails_the_writer(tmp_path):
+    import threading
+    import time
+
+    now = [T / 1000]
+    store, w = writer(tmp_path, age=60, clock=lambda: now[0])
+    release, calls = threading.Event(), []
+    real_put = store.put_file
+
+    def slow_put(key, path):
+        calls.append(key)
+        assert release.wait(10)
+        if len(calls) == 2:
+            raise OSError("the bucket is gone")
+        real_put(key, path)
+
+    store.put_file = slow_put
+    w.write(one(lease="L-1"))
+    now[0] += 60
+    first = w.roll_if_due()  # its put waits...
+    w.write(one(lease="L-2", payload=b"two"))  # ...while the next file is written
+    assert calls == [first] and w.stats.files_published == 0
+    release.set()
+    now[0] += 60
+    w.roll_if_due()  # waits for the first put; L-2's file: its put fails
+    with pytest.raises(OSError, match="the bucket is gone"):
+        for i in range(100):
+            w.write(one(lease=f"L-x{i}", payload=b"more %d" % i))
+            time.sleep(0.01)
+    assert [f.key for f in warc_tool.list_files(store, "warc/")] == [first]
