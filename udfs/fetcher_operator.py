@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import os
 import time
 from dataclasses import replace
 from typing import Any
@@ -113,7 +114,9 @@ class FetchFunction(AsyncFunction):
 
         self.engine = FetchEngine(self._guarded, capacity=self.connections)
         self.warc = self._warc_writer(cfg, runtime_context)
-        self._warc_roll = None  # the last age check handed to the writer
+        # The last age check handed to the writer; first, publishing what writers of this
+        # crawl that died on this machine left unpublished (udfs/warc_writer.py).
+        self._warc_roll = self.warc.submit(self.warc.recover) if self.warc else None
         self._warc_checked = time.monotonic()
         self._metrics(runtime_context.get_metrics_group())
 
@@ -129,12 +132,16 @@ class FetchFunction(AsyncFunction):
         from udfs.warc_writer import WarcWriter
 
         subtask = getattr(runtime_context, "get_index_of_this_subtask", lambda: 0)()
+        store = f"s3:{cfg['s3.endpoint_url']}/{cfg['s3.bucket']}" \
+            if cfg["storage.backend"] == "s3" else \
+            f"local:{os.path.abspath(cfg['storage.local_dir'])}"
         return WarcWriter(
             self.store, prefix=cfg["warc.prefix"], file_prefix=cfg["warc.file_prefix"],
             policy=RollPolicy(cfg["warc.max_file_bytes"], cfg["warc.max_file_age_s"]),
             temp_dir=cfg["warc.temp_dir"],
             host=f"{socket.gethostname()}-t{subtask}-{uuid.uuid4().hex[:6]}",
-            dedup_entries=cfg["warc.dedup_entries"], operator=self.user_agent)
+            dedup_entries=cfg["warc.dedup_entries"], operator=self.user_agent,
+            store_id=f"{store}|{cfg['warc.prefix']}")
 
     def _warc_tick(self) -> None:
         """At most once a second: have the writer publish its file if it is old enough

@@ -393,3 +393,54 @@ def test_a_rolled_file_is_put_in_the_background_and_a_failed_put_fails_the_write
             w.write(one(lease=f"L-x{i}", payload=b"more %d" % i))
             time.sleep(0.01)
     assert [f.key for f in warc_tool.list_files(store, "warc/")] == [first]
+
+
+# -- recovering a dead writer's file ---------------------------------------------------------
+
+KILLED_WRITER = """
+import os, signal, sys
+sys.path.insert(0, {root!r})
+from tests.unit.test_warc import one, writer
+from pathlib import Path
+store, w = writer(Path({tmp!r}), store_id="crawl-A")
+w.write(one(url="http://a.test/1", lease="L-1"))
+w.write(one(url="http://a.test/2", lease="L-2", payload=b"two"))
+w._fh.write(b"\\x1f\\x8b\\x08\\x00half a record")  # dies mid-record
+w._fh.flush()
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+def test_a_killed_writers_file_is_recovered_whole_records_only_and_once(tmp_path):
+    import subprocess
+    import sys
+
+    root = str(Path(__file__).resolve().parents[2])
+    proc = subprocess.run([sys.executable, "-c", KILLED_WRITER.format(root=root,
+                                                                       tmp=str(tmp_path))])
+    assert proc.returncode == -9
+    left = list((tmp_path / "tmp").glob(".tmp-*.warc.gz"))
+    assert len(left) == 1
+    store = LocalStore(tmp_path / "store")
+    assert warc_tool.list_files(store, "warc/") == []
+    # Another crawl's writer leaves it alone; this crawl's publishes it, cut after the
+    # last whole record, under the name it was being written as.
+    _, other = writer(tmp_path, store_id="crawl-B")
+    assert other.recover() == []
+    _, w = writer(tmp_path, store_id="crawl-A")
+    keys = w.recover()
+    assert keys == ["warc/" + left[0].name[len(".tmp-"):]]
+    verdict = warc_tool.verify(store, "warc/")
+    assert verdict.problems == [] and verdict.records == 5 and verdict.index_lines == 2
+    assert [d["url"] for _, _, d in parse_cdxj(store.get_object(index_name(keys[0])))] == \
+        ["http://a.test/1", "http://a.test/2"]
+    assert list((tmp_path / "tmp").iterdir()) == []
+    assert w.recover() == []  # once
+
+
+def test_a_live_writers_file_is_not_recovered(tmp_path):
+    _, live = writer(tmp_path, store_id="crawl-A")
+    live.write(one())
+    _, w = writer(tmp_path, store_id="crawl-A")
+    assert w.recover() == []
+    assert live.publish() is not None
