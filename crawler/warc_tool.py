@@ -90,13 +90,13 @@ def _local_copy(store: Any, key: str) -> tuple[str, bool]:
     return path, True
 
 
-def check_file(path: str) -> tuple[dict[int, tuple[str, str, str | None]], list[str]]:
+def check_file(path: str) -> tuple[dict[int, tuple[str, str, str | None, str]], list[str]]:
     """warcio's check of one file (every record read whole, its digests compared), and
-    its records by offset: (type, target URI, payload digest)."""
+    its records by offset: (type, target URI, payload digest, record id)."""
     from warcio.archiveiterator import ArchiveIterator
     from warcio.exceptions import ArchiveLoadFailed
 
-    records: dict[int, tuple[str, str, str | None]] = {}
+    records: dict[int, tuple[str, str, str | None, str]] = {}
     problems: list[str] = []
     try:
         with open(path, "rb") as fh:
@@ -108,7 +108,7 @@ def check_file(path: str) -> tuple[dict[int, tuple[str, str, str | None]], list[
                 h = rec.rec_headers
                 records[it.get_record_offset()] = (
                     h.get_header("WARC-Type"), h.get_header("WARC-Target-URI") or "",
-                    h.get_header("WARC-Payload-Digest"))
+                    h.get_header("WARC-Payload-Digest"), h.get_header("WARC-Record-ID"))
                 if rec.digest_checker.passed is False:
                     problems += [f"offset {it.get_record_offset()}: {p}"
                                  for p in rec.digest_checker.problems]
@@ -119,8 +119,10 @@ def check_file(path: str) -> tuple[dict[int, tuple[str, str, str | None]], list[
 
 def verify(store: Any, prefix: str) -> Verdict:
     """Every file passes warcio's check; every CDXJ line points at a record of its file
-    with that URL and digest; every response and revisit record has its line."""
+    with that URL and digest; every response and revisit record has its line; no record
+    id is in two places (ids follow from the fetch: a record published twice)."""
     v = Verdict()
+    ids: dict[str, str] = {}
     for f in list_files(store, prefix):
         v.files += 1
         name = f.key.rsplit("/", 1)[-1]
@@ -132,6 +134,12 @@ def verify(store: Any, prefix: str) -> Verdict:
                 os.unlink(path)
         v.records += len(records)
         v.problems += [f"{name}: {p}" for p in problems]
+        for offset, rec in records.items():
+            where = f"{name} offset {offset}"
+            if rec[3] in ids:
+                v.problems.append(f"{where}: record {rec[3]} ({rec[0]} {rec[1]}) is also "
+                                  f"at {ids[rec[3]]}")
+            ids.setdefault(rec[3], where)
         if f.indexed is None:
             v.problems.append(f"{name}: no index ({f.index_key.rsplit('/', 1)[-1]})")
             continue

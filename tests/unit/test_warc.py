@@ -444,3 +444,13 @@ def test_a_live_writers_file_is_not_recovered(tmp_path):
     _, w = writer(tmp_path, store_id="crawl-A")
     assert w.recover() == []
     assert live.publish() is not None
+
+
+def test_verify_finds_a_record_published_twice(tmp_path):
+    store, w = writer(tmp_path)
+    w.write(one(lease="L-1"))
+    w.publish()
+    w.write(one(lease="L-1"))  # the same fetch again (same lease, version, attempt)
+    w.publish()
+    problems = warc_tool.verify(store, "warc/").problems
+    assert len(problems) == 2 and all("is also at CC-MAIN-" in p for p in problems), problems
