@@ -271,6 +271,13 @@ async def fetch(session: aiohttp.ClientSession, url: str, kind: Kind, limits: Fe
     if refusal is not None:  # an IP literal: no resolver is asked, so refuse it here
         return FetchResponse(Outcome.ADDRESS_BLOCKED, error=str(_refusal(url, refusal)))
     cap, wire_cap = limits.body_limit(kind), limits.wire_limit(kind)
+    # (response, wire bytes so far, peer) once an answer has come: a body cut short by a
+    # timeout or a disconnect still leaves the exchange, marked truncated.
+    answered: list[tuple[aiohttp.ClientResponse, list[bytes], str | None]] = []
+
+    def partial(why: str) -> Exchange | None:
+        return _exchange(*answered[0][:2], why, answered[0][2]) if answered else None
+
     try:
         async with session.get(url, headers=request_headers(user_agent, etag, last_modified),
                                allow_redirects=False) as resp:
@@ -280,6 +287,8 @@ async def fetch(session: aiohttp.ClientSession, url: str, kind: Kind, limits: Fe
             body, wire, too_large, decode_s = b"", 0, False, 0.0
             raw: list[bytes] = []  # the wire bytes, kept only for the exchange
             ip = _peer(resp) if keep_exchange else None
+            if keep_exchange:
+                answered.append((resp, raw, ip))
             # A body that is not read (only OK answers' are) is absent from the record.
             truncated = None if outcome is Outcome.OK or \
                 headers.get("Content-Length", "").strip() == "0" else "unspecified"
@@ -326,13 +335,16 @@ async def fetch(session: aiohttp.ClientSession, url: str, kind: Kind, limits: Fe
                              duration_s=time.monotonic() - start)
     except (TimeoutError, aiohttp.ServerTimeoutError) as exc:
         return FetchResponse(Outcome.TIMEOUT, error=f"timeout: {exc!r}",
-                             duration_s=time.monotonic() - start)
+                             duration_s=time.monotonic() - start, exchange=partial("time"))
     except OSError as exc:
         if REFUSAL_MARK in str(exc):
             return FetchResponse(Outcome.ADDRESS_BLOCKED, error=str(exc),
                                  duration_s=time.monotonic() - start)
         return FetchResponse(Outcome.OTHER_ERROR, error=f"{type(exc).__name__}: {exc}",
-                             duration_s=time.monotonic() - start)
+                             duration_s=time.monotonic() - start,
+                             exchange=partial("disconnect"))
     except (aiohttp.ClientError, zlib.error) as exc:
         return FetchResponse(Outcome.OTHER_ERROR, error=f"{type(exc).__name__}: {exc}",
-                             duration_s=time.monotonic() - start)
+                             duration_s=time.monotonic() - start,
+                             exchange=partial("disconnect" if isinstance(
+                                 exc, aiohttp.ClientError) else "unspecified"))

@@ -276,6 +276,12 @@ def test_the_client_keeps_the_wire_payload_and_headers_as_received():
             if request.path == "/gz":
                 return web.Response(body=gz, content_type="text/html",
                                     headers={"Content-Encoding": "gzip", "X-Two": "1"})
+            if request.path == "/slow":
+                resp = web.StreamResponse(headers={"Content-Type": "text/html"})
+                await resp.prepare(request)
+                await resp.write(b"<html>first part")
+                await asyncio.sleep(3)
+                return resp
             if request.path == "/chunked":
                 resp = web.StreamResponse(headers={"Content-Type": "text/html"})
                 resp.enable_chunked_encoding()
@@ -292,17 +298,17 @@ def test_the_client_keeps_the_wire_payload_and_headers_as_received():
         site = web.TCPSite(runner, "127.0.0.1", 0)
         await site.start()
         port = site._server.sockets[0].getsockname()[1]
-        limits = replace(FetchLimits(), total_timeout_s=5.0)
+        limits = replace(FetchLimits(), total_timeout_s=5.0, read_timeout_s=0.5)
         cache = DnsCache(AddressPolicy.from_networks(["127.0.0.0/8"]), limits)
         try:
             async with make_session(cache, limits) as session:
                 return [await fetch(session, f"http://127.0.0.1:{port}/{p}", Kind.PAGE,
                                     limits, "Bot/1", keep_exchange=True)
-                        for p in ("gz", "chunked", "missing")]
+                        for p in ("gz", "chunked", "missing", "slow")]
         finally:
             await runner.cleanup()
 
-    gzr, chunked, missing = asyncio.run(go())
+    gzr, chunked, missing, slow = asyncio.run(go())
     assert gzr.outcome is Outcome.OK and gzr.body == body
     ex = gzr.exchange
     assert ex.payload == gz  # as received: still gzip'd
@@ -313,6 +319,9 @@ def test_the_client_keeps_the_wire_payload_and_headers_as_received():
     assert chunked.exchange.payload == body
     assert ("Transfer-Encoding", "chunked") in chunked.exchange.response_headers
     assert missing.exchange.status == 404 and missing.exchange.truncated == "unspecified"
+    # An answer cut short by a timeout keeps what came, marked so.
+    assert slow.outcome is Outcome.TIMEOUT and slow.exchange.truncated == "time"
+    assert slow.exchange.payload == b"<html>first part" and slow.exchange.status == 200
     # The record keeps the gzip'd payload (its digest is the wire bytes'); warcio's
     # reader decodes Content-Encoding for its content stream.
     rec, payload = read_record(build_records(Fetch("http://x/gz", "L", 1, 1, T, ex))[0].data)
