@@ -114,9 +114,9 @@ class FetchFunction(AsyncFunction):
 
         self.engine = FetchEngine(self._guarded, capacity=self.connections)
         self.warc = self._warc_writer(cfg, runtime_context)
-        # The last age check handed to the writer; first, publishing what writers of this
-        # crawl that died on this machine left unpublished (udfs/warc_writer.py).
-        self._warc_roll = self.warc.submit(self.warc.recover) if self.warc else None
+        if self.warc is not None:  # what writers of this crawl that died here left
+            self.warc.start_recovery()
+        self._warc_roll = None  # the last age check handed to the writer
         self._warc_checked = time.monotonic()
         self._metrics(runtime_context.get_metrics_group())
 

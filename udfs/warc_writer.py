@@ -283,6 +283,11 @@ class WarcWriter:
             if fh is not None:
                 fh.close()
 
+    def start_recovery(self) -> None:
+        """`recover` on the put thread, so that records are written meanwhile (call it
+        before the first write; its failure is raised like a failed put's)."""
+        self._upload = self._uploads.submit(self.recover)
+
     def recover(self) -> list[str]:
         """Publish the temporary files that writers of this crawl left when their process
         died (kill -9, a lost TaskManager restarted on this machine): each cut after its

@@ -65,7 +65,8 @@ def writer(tmp_path: Path, max_bytes=10**9, age=300.0, clock=None, **kw):
     store = LocalStore(tmp_path / "store")
     w = WarcWriter(store, prefix="warc/", file_prefix="CC-MAIN",
                    policy=RollPolicy(max_bytes, age), temp_dir=str(tmp_path / "tmp"),
-                   host="box-t0-abc123", clock=clock or (lambda: T / 1000), **kw)
+                   host=kw.pop("host", "box-t0-abc123"), clock=clock or (lambda: T / 1000),
+                   **kw)
     return store, w
 
 
@@ -463,3 +464,21 @@ def test_verify_finds_a_record_published_twice(tmp_path):
     w.publish()
     problems = warc_tool.verify(store, "warc/").problems
     assert len(problems) == 2 and all("is also at CC-MAIN-" in p for p in problems), problems
+
+
+def test_recovery_runs_beside_the_writes(tmp_path):
+    import threading
+
+    _, dead = writer(tmp_path, store_id="crawl-A")
+    dead.write(one(lease="L-0"))
+    dead._fh.close()  # its process is gone: the lock with it
+    store, w = writer(tmp_path, store_id="crawl-A", host="box-t0-def456")
+    release = threading.Event()
+    real_put = store.put_file
+    store.put_file = lambda key, path: (release.wait(10), real_put(key, path))
+    w.start_recovery()
+    w.write(one(lease="L-1", payload=b"one"))  # not held up by the recovery's put
+    release.set()
+    w.close()
+    assert [f.indexed for f in warc_tool.list_files(store, "warc/")] == [1, 1]
+    assert warc_tool.verify(store, "warc/").problems == []
