@@ -316,6 +316,15 @@ def _cmd_warc(args: argparse.Namespace) -> int:
     where = f"s3://{cfg['s3.bucket']}/{prefix}" if cfg["storage.backend"] == "s3" else \
         os.path.join(cfg["storage.local_dir"], prefix)
     try:
+        if args.action == "recover":
+            from udfs.warc_writer import recovering_writer
+
+            keys = recovering_writer(cfg, store).recover()
+            for key in keys:
+                print(key)
+            print(f"{len(keys)} file{'s' if len(keys) != 1 else ''} left by fetchers that "
+                  f"stopped published to {where}")
+            return 0
         if args.action == "ls":
             files = warc_tool.list_files(store, prefix)
             if args.json:
@@ -854,9 +863,13 @@ def build_parser() -> argparse.ArgumentParser:
                 "does): WARC headers, HTTP headers and payload, or --raw the record as "
                 "stored (uncompressed WARC). `verify`: warcio's check of every file "
                 "(digests, structure) and that each CDXJ line points at a record with "
-                "that URL and digest, and every response and revisit record has a line; "
-                "exit 1 on a problem. `get` exits 1 when the URL has no record.")
-    p.add_argument("action", choices=["ls", "get", "verify"])
+                "that URL and digest, every response and revisit record has a line, and no "
+                "record id is found twice; exit 1 on a problem. `get` exits 1 when the URL "
+                "has no record. `recover`: publish the files that fetchers of this crawl "
+                "which stopped without closing (kill -9, SIGTERM) left in warc.temp_dir "
+                "on this machine, each cut after its last whole record (`crawl run` does "
+                "it when it stops).")
+    p.add_argument("action", choices=["ls", "get", "verify", "recover"])
     p.add_argument("url", metavar="URL", nargs="?", help="for get: the URL")
     p.add_argument("--raw", action="store_true", help="get: the record as stored")
     p.add_argument("--json", action="store_true", help="ls: print JSON")

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import asyncio
 import math
-import os
 import time
 from dataclasses import replace
 from typing import Any
@@ -129,19 +128,16 @@ class FetchFunction(AsyncFunction):
         import uuid
 
         from udfs.warc import RollPolicy
-        from udfs.warc_writer import WarcWriter
+        from udfs.warc_writer import WarcWriter, store_identity
 
         subtask = getattr(runtime_context, "get_index_of_this_subtask", lambda: 0)()
-        store = f"s3:{cfg['s3.endpoint_url']}/{cfg['s3.bucket']}" \
-            if cfg["storage.backend"] == "s3" else \
-            f"local:{os.path.abspath(cfg['storage.local_dir'])}"
         return WarcWriter(
             self.store, prefix=cfg["warc.prefix"], file_prefix=cfg["warc.file_prefix"],
             policy=RollPolicy(cfg["warc.max_file_bytes"], cfg["warc.max_file_age_s"]),
             temp_dir=cfg["warc.temp_dir"],
             host=f"{socket.gethostname()}-t{subtask}-{uuid.uuid4().hex[:6]}",
             dedup_entries=cfg["warc.dedup_entries"], operator=self.user_agent,
-            store_id=f"{store}|{cfg['warc.prefix']}")
+            store_id=store_identity(cfg))
 
     def _warc_tick(self) -> None:
         """At most once a second: have the writer publish its file if it is old enough

@@ -76,6 +76,22 @@ from udfs.warc import (
 )
 
 
+def store_identity(cfg: Any) -> str:
+    """Which crawl's WARC files a writer writes: its store and prefix (a dead writer's
+    temporary file is recovered only by a writer, or `crawl warc recover`, of the same)."""
+    store = f"s3:{cfg['s3.endpoint_url']}/{cfg['s3.bucket']}" \
+        if cfg["storage.backend"] == "s3" else \
+        f"local:{os.path.abspath(cfg['storage.local_dir'])}"
+    return f"{store}|{cfg['warc.prefix']}"
+
+
+def recovering_writer(cfg: Any, store: Any) -> WarcWriter:
+    """A writer of the configured crawl that only recovers (`crawl warc recover`)."""
+    return WarcWriter(store, prefix=cfg["warc.prefix"], file_prefix=cfg["warc.file_prefix"],
+                      policy=RollPolicy(cfg["warc.max_file_bytes"], cfg["warc.max_file_age_s"]),
+                      temp_dir=cfg["warc.temp_dir"], store_id=store_identity(cfg))
+
+
 def _owner_path(path: Path) -> Path:
     return path.with_name(path.name + ".owner")
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 
-from kafka import KafkaProducer
+from kafka import KafkaAdminClient, KafkaProducer
 
 from crawler import warc_tool
 from crawler.cli import main
@@ -82,3 +82,75 @@ def test_every_fetch_has_its_warc_records_and_the_files_verify(cfg, fresh_topics
         assert main(["warc", "get", c["url"], *flags]) == 0
         out = capsys.readouterr().out
         assert "WARC-Type: response" in out and c["url"] in out
+
+
+def test_a_killed_fetchers_unpublished_file_is_published_by_the_next_one(
+        cfg, fresh_topics, tmp_path, capsys):
+    """kill -9 of the fetcher job with a file half written: nothing of it is published
+    (no half file); the fetcher started next on this machine publishes it, cut after
+    its last whole record, once."""
+    web = SyntheticWeb(build_sites(6, seed=4))
+    web.start()
+    leases, comps, disc, dlq = fresh_topics("leases", "comps", "disc", "dlq")
+    objects, temp = tmp_path / "objects", tmp_path / "warc-temp"
+    overrides = [f"topics.leases.name={leases}", f"topics.completions.name={comps}",
+                 f"topics.discovered.name={disc}", f"topics.deadletter.name={dlq}",
+                 "flink.checkpoint_interval_ms=500", "flink.restart_strategy=none",
+                 "fetch.allowed_networks=[127.0.0.0/8]",
+                 f"fetch.static_hosts=[{','.join(web.static_hosts())}]",
+                 f"storage.local_dir={objects}", f"warc.temp_dir={temp}",
+                 "warc.max_file_age_s=3600"]
+    store = LocalStore(objects)
+    first = JobProcess("fetcher", overrides, tmp_path / "fetcher-1.log")
+    first.start()
+    second = None
+    try:
+        site = next(s for s in web.site_list if s.robots == "rules")
+        hk = web.host_key(site)
+        sent = [_lease(f"{hk}/p/{i}", hk, "PAGE", f"K{i}") for i in range(4)]
+        producer = KafkaProducer(bootstrap_servers=cfg["kafka.bootstrap_servers"])
+        for lease in sent:
+            producer.send(leases, REG.encode("lease", lease), key=hk.encode())
+        producer.flush()
+        got = [rec for _, rec in _read(cfg, comps, "completion",
+                                       lambda s: len(s) >= len(sent))]
+        assert all(c["outcome"] == "OK" for c in got), got
+        # A checkpoint commits the leases' offsets: the next job (started afresh, not from
+        # the checkpoint) reads on from there instead of fetching them again.
+        group = f"{cfg['kafka.group_id_prefix']}.fetcher"
+        admin = KafkaAdminClient(bootstrap_servers=cfg["kafka.bootstrap_servers"])
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            done = admin.list_consumer_group_offsets(group)
+            if any(tp.topic == leases and o.offset >= len(sent) for tp, o in done.items()):
+                break
+            time.sleep(0.5)
+        admin.close()
+        first.kill()
+        assert warc_tool.list_files(store, "warc/") == []  # nothing half published
+        assert len(list(temp.glob(".tmp-*.warc.gz"))) == 1
+        second = JobProcess("fetcher", overrides, tmp_path / "fetcher-2.log")
+        second.start()
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline and not warc_tool.list_files(store, "warc/"):
+            time.sleep(0.5)
+    finally:
+        if second is not None:
+            second.stop()
+        else:
+            first.kill()
+        web.stop()
+    files = warc_tool.list_files(store, "warc/")
+    assert [f.indexed for f in files] == [len(sent)]
+    flags = ["--set", f"storage.local_dir={objects}", "--set", f"warc.temp_dir={temp}",
+             "--set", f"local.state_dir={tmp_path / 'state'}"]
+    # The second job fetched nothing (it read on after the committed offsets): no file of
+    # its own is left, and `crawl warc recover` finds nothing more.
+    assert main(["warc", "recover", *flags]) == 0
+    assert "0 files left" in capsys.readouterr().out
+    assert list(temp.glob(".tmp-*.warc.gz")) == []
+    assert main(["warc", "verify", *flags]) == 0, capsys.readouterr().out
+    for c in got:
+        f, _ts, data = warc_tool.newest(store, "warc/", c["url"])
+        _rec, payload = read_record(warc_tool.read_entry(store, f, data))
+        assert payload == store.get_body(c["object_key"])

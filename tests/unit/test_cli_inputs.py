@@ -115,6 +115,7 @@ BAD = [
     (["warc", "get", "ftp://a.test/x"], "URL ftp://a.test/x: not an http(s) URL"),
     (["warc", "ls", "http://a.test/"], "ls takes no URL (got http://a.test/)"),
     (["warc", "verify", "--raw"], "--raw is for get, not verify"),
+    (["warc", "recover", "http://a.test/"], "recover takes no URL"),
     (["warc", "ls", "--set", "warc.prefix=no-slash"], "warc.prefix"),
     (["warc", "verify", "--set", "warc.max_file_age_s=0"], "warc.max_file_age_s"),
     (["plan", "--assumptions", "{d}/missing.yaml"], "--assumptions {d}/missing.yaml: no such"),

@@ -448,6 +448,22 @@ def test_a_killed_writers_file_is_recovered_whole_records_only_and_once(tmp_path
     assert w.recover() == []  # once
 
 
+def test_crawl_warc_recover_publishes_what_a_stopped_fetcher_left(tmp_path, capsys):
+    from udfs.config import load_config
+    from udfs.warc_writer import store_identity
+
+    sets = [f"storage.local_dir={tmp_path / 'store'}", f"warc.temp_dir={tmp_path / 'tmp'}",
+            f"local.state_dir={tmp_path / 'state'}"]
+    cfg = load_config([], overrides=sets)
+    _, dead = writer(tmp_path, store_id=store_identity(cfg))
+    dead.write(one())
+    dead._fh.close()  # its process is gone: the lock with it
+    flags = [a for s in sets for a in ("--set", s)]
+    assert main(["warc", "recover", *flags]) == 0
+    assert "1 file left by fetchers that stopped published" in capsys.readouterr().out
+    assert main(["warc", "verify", *flags]) == 0
+
+
 def test_a_live_writers_file_is_not_recovered(tmp_path):
     _, live = writer(tmp_path, store_id="crawl-A")
     live.write(one())
