@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 
-from kafka import KafkaAdminClient, KafkaProducer
+from kafka import KafkaAdminClient, KafkaProducer, TopicPartition
 
 from crawler import warc_tool
 from crawler.cli import main
@@ -120,9 +120,10 @@ def test_a_killed_fetchers_unpublished_file_is_published_by_the_next_one(
         group = f"{cfg['kafka.group_id_prefix']}.fetcher"
         admin = KafkaAdminClient(bootstrap_servers=cfg["kafka.bootstrap_servers"])
         deadline = time.monotonic() + 60
+        tp = TopicPartition(leases, 0)
         while time.monotonic() < deadline:
-            done = admin.list_consumer_group_offsets(group)
-            if any(tp.topic == leases and o.offset >= len(sent) for tp, o in done.items()):
+            done = admin.list_group_offsets({group: [tp]}).get(group, {}).get(tp)
+            if done is not None and done.offset >= len(sent):
                 break
             time.sleep(0.5)
         admin.close()
