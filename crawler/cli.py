@@ -35,6 +35,7 @@ examples:
   crawl seed https://example.com/ --set kafka.bootstrap_servers=broker:9092
   crawl seed --sitemap https://example.com/sitemap.xml
   crawl audit https://example.com/ --days 7   what happened to this URL
+  crawl warc get https://example.com/         the newest WARC record of this URL
   crawl schemas                  schema compatibility and the published-version lock
   crawl cluster up               a Flink session cluster on loopback
   crawl submit frontier          run a job on it; then savepoint / upgrade / rescale it
@@ -285,6 +286,82 @@ def _check_host(args: argparse.Namespace) -> str | None:
         except ConfigError as exc:
             return str(exc)
     return check_at_least("--timeout", args.timeout, 1)
+
+
+def _check_warc(args: argparse.Namespace) -> str | None:
+    if args.action == "get":
+        if args.url is None:
+            return "get needs a URL"
+        return check_url("URL", args.url)
+    if args.url is not None:
+        return f"{args.action} takes no URL (got {args.url})"
+    if args.raw:
+        return f"--raw is for get, not {args.action}"
+    return None
+
+
+def _cmd_warc(args: argparse.Namespace) -> int:
+    """The WARC files of the crawl's store: list them, print a URL's record, verify."""
+    from crawler import warc_tool
+    from crawler.runs import RunNotFound, crawl_config
+    from udfs.core.urls import UrlPolicy, normalize_url
+    from udfs.storage import open_store
+
+    try:
+        cfg, _run = crawl_config(args.config, args.set, args.run)
+    except RunNotFound as exc:
+        print(f"crawl warc: {exc}", file=sys.stderr)
+        return 2
+    store, prefix = open_store(cfg), cfg["warc.prefix"]
+    where = f"s3://{cfg['s3.bucket']}/{prefix}" if cfg["storage.backend"] == "s3" else \
+        os.path.join(cfg["storage.local_dir"], prefix)
+    try:
+        if args.action == "recover":
+            from udfs.warc_writer import recovering_writer
+
+            keys = recovering_writer(cfg, store).recover()
+            for key in keys:
+                print(key)
+            print(f"{len(keys)} file{'s' if len(keys) != 1 else ''} left by fetchers that "
+                  f"stopped published to {where}")
+            return 0
+        if args.action == "ls":
+            files = warc_tool.list_files(store, prefix)
+            if args.json:
+                print(warc_tool.ls_json(files))
+                return 0
+            for f in files:
+                indexed = "no index" if f.indexed is None else f"{f.indexed} indexed records"
+                print(f"{f.key}  {f.size} bytes  {indexed}")
+            print(f"{len(files)} file{'s' if len(files) != 1 else ''} in {where}, "
+                  f"{sum(f.size for f in files)} bytes")
+            return 0
+        if args.action == "get":
+            url = normalize_url(args.url,
+                                policy=UrlPolicy.from_names(cfg["urls.drop_query_params"]))
+            found = warc_tool.newest(store, prefix, url or args.url)
+            if found is None:
+                print(f"crawl warc: no record of {url} in {where}", file=sys.stderr)
+                return 1
+            f, _ts, data = found
+            member = warc_tool.read_entry(store, f, data)
+            if args.raw:
+                from udfs.warc import decode_member
+
+                sys.stdout.buffer.write(decode_member(member))
+            else:
+                print(f"# {f.key} offset {data['offset']} length {data['length']}")
+                print(warc_tool.render_record(member))
+            return 0
+        verdict = warc_tool.verify(store, prefix)
+    except Exception as exc:  # storage unreachable, no bucket, no permission: one line
+        print(f"crawl warc: cannot read {where}: {_one_line(str(exc))}", file=sys.stderr)
+        return 1
+    for problem in verdict.problems:
+        print(problem)
+    print(f"{verdict.files} files, {verdict.records} records, {verdict.index_lines} index "
+          f"lines in {where}: {'OK' if not verdict.problems else 'PROBLEMS'}")
+    return 0 if not verdict.problems else 1
 
 
 def _check_url_show(args: argparse.Namespace) -> str | None:
@@ -778,6 +855,27 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("url", metavar="URL")
     reply_options(p)
     p.set_defaults(func=_cmd_url, check=_check_url_show)
+
+    p = command("warc", help="list, read and verify the WARC files of a crawl",
+                description="The WARC files the fetcher publishes (warc.* settings) in the "
+                "crawl's store (storage.backend; with --run, that crawl's settings). `ls`: "
+                "each file, its size and the records its CDXJ index lists. `get URL`: the "
+                "newest response or revisit record of URL (normalized as the frontier "
+                "does): WARC headers, HTTP headers and payload, or --raw the record as "
+                "stored (uncompressed WARC). `verify`: warcio's check of every file "
+                "(digests, structure) and that each CDXJ line points at a record with "
+                "that URL and digest, every response and revisit record has a line, and no "
+                "record id is found twice; exit 1 on a problem. `get` exits 1 when the URL "
+                "has no record. `recover`: publish the files that fetchers of this crawl "
+                "which stopped without closing (kill -9, SIGTERM) left in warc.temp_dir "
+                "on this machine, each cut after its last whole record (`crawl run` does "
+                "it when it stops).")
+    p.add_argument("action", choices=["ls", "get", "verify", "recover"])
+    p.add_argument("url", metavar="URL", nargs="?", help="for get: the URL")
+    p.add_argument("--raw", action="store_true", help="get: the record as stored")
+    p.add_argument("--json", action="store_true", help="ls: print JSON")
+    p.add_argument("--run", metavar="ID", help=run_help)
+    p.set_defaults(func=_cmd_warc, check=_check_warc)
 
     p = command("status", help="one screen for a running crawl: jobs, checkpoints, rates, "
                 "lag", description="Finds the running crawl (a `crawl run`, by --run or the "

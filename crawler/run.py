@@ -296,6 +296,23 @@ def synthetic_overrides(web, state_dir: Path, min_gap_s: float) -> list[str]:
             "flink.checkpoint_interval_ms=1000"]
 
 
+def _publish_warc_left(cfg) -> None:
+    """The fetcher's open WARC file is not closed when its job is stopped (its Python
+    workers end with the job's process group): publish it now (udfs/warc_writer.py)."""
+    if cfg is None or not cfg["warc.enabled"]:
+        return
+    try:
+        from udfs.storage import open_store
+        from udfs.warc_writer import recovering_writer
+
+        keys = recovering_writer(cfg, open_store(cfg)).recover()
+        if keys:
+            print(f"WARC: {len(keys)} file(s) of the stopped fetcher published", flush=True)
+    except Exception as exc:  # the crawl's result does not depend on it; say so
+        print(f"WARC: the stopped fetcher's open file was not published: {exc} "
+              "(`crawl warc recover` retries)", flush=True)
+
+
 def run(cfg_files: Sequence[str], overrides: Sequence[str], seeds_file: str | None,
         max_pages: int, duration_s: float, sites: int, state_dir: str | None,
         sitemaps_file: str | None = None) -> int:
@@ -392,6 +409,7 @@ def run(cfg_files: Sequence[str], overrides: Sequence[str], seeds_file: str | No
             live.close()
         for job in jobs:
             job.stop()
+        _publish_warc_left(cfg)
         summary = watcher.poll() if watcher else None
         if watcher:
             watcher.close()

@@ -225,6 +225,13 @@ _RULES: dict[str, Callable[[Any], str | None]] = {
     "audit.flush_records": _between(1, 1_000_000),
     # A buffer waits at most this long in state before it is written.
     "audit.flush_s": _between(0.1, 86400),
+    "warc.prefix": lambda v: None if re.fullmatch(r"([A-Za-z0-9_.=-]+/)+", v) else
+    'must be a folder of letters, digits, _ . = - ending in "/" (e.g. "warc/")',
+    "warc.file_prefix": lambda v: None if re.fullmatch(r"[A-Za-z0-9_.]+(-[A-Za-z0-9_.]+)*", v)
+    else "must be letters, digits, _ and . in parts joined by - (e.g. CC-MAIN)",
+    "warc.max_file_bytes": _between(1000, 10_000_000_000),
+    "warc.max_file_age_s": _between(1, 86400),
+    "warc.dedup_entries": _between(0, 10_000_000),
     "storage.backend": _one_of("local", "s3"),
     "storage.local_dir": lambda v: None if v else "must not be empty",
     "s3.endpoint_url": _endpoint,

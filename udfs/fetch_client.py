@@ -37,6 +37,7 @@ from udfs.core.fetching import DnsCache, FetchLimits, classify, request_headers
 from udfs.core.frontier import Kind, Outcome
 from udfs.core.urls import normalize_url
 from udfs.ttl_resolver import TtlResolver
+from udfs.warc import Exchange
 
 # In every refusal's message: a refusal that aiohappyeyeballs folds into one OSError
 # with others ("Multiple exceptions: ...") is still recognised as one.
@@ -181,6 +182,9 @@ class FetchResponse:
     duration_s: float = 0.0
     error: str | None = None
     decode_s: float = 0.0  # seconds spent decompressing the body
+    # The HTTP exchange as sent and received (for the WARC records), when asked for:
+    # set for every answer that came back with a status.
+    exchange: Exchange | None = None
 
 
 # Bytes decompressed per call before the loop gets a turn: a gzip bomb decoding 50 MB
@@ -218,6 +222,35 @@ async def _decode(decoder: Any, chunk: bytes, out: bytearray, cap: int) -> float
     return spent
 
 
+def _peer(resp: aiohttp.ClientResponse) -> str | None:
+    """The address the response came from. aiohttp releases a connection whose answer
+    is already buffered (`resp.connection` is then None), so the response's protocol
+    (a private attribute: None if a later aiohttp drops it) is asked too."""
+    for holder in (resp.connection, getattr(resp, "_protocol", None)):
+        transport = getattr(holder, "transport", None)
+        peer = transport.get_extra_info("peername") if transport is not None else None
+        if peer:
+            return str(peer[0])
+    return None
+
+
+def _exchange(resp: aiohttp.ClientResponse, wire: list[bytes], truncated: str | None,
+              ip: str | None) -> Exchange:
+    """The exchange of `resp` as the WARC records keep it: the request as aiohttp sent
+    it, the status line and the headers as received (order, case, repeats), the payload
+    as received (Content-Encoding kept; aiohttp has removed any chunked coding)."""
+    v = resp.version
+    info = resp.request_info
+    return Exchange(
+        method=info.method, target=info.url.raw_path_qs or "/",
+        request_headers=[(k, v) for k, v in info.headers.items()],
+        version=f"HTTP/{v.major}.{v.minor}" if v else "HTTP/1.1",
+        status=resp.status, reason=resp.reason or "",
+        response_headers=[(k.decode("latin-1"), val.decode("latin-1"))
+                          for k, val in resp.raw_headers],
+        payload=b"".join(wire), truncated=truncated, ip=ip)
+
+
 def _decoder(encoding: str):
     if encoding in ("gzip", "x-gzip"):
         return zlib.decompressobj(16 + zlib.MAX_WBITS)
@@ -227,15 +260,24 @@ def _decoder(encoding: str):
 
 
 async def fetch(session: aiohttp.ClientSession, url: str, kind: Kind, limits: FetchLimits,
-                user_agent: str, etag: str | None = None, last_modified: str | None = None
-                ) -> FetchResponse:
-    """One GET, classified. Never raises for network trouble: it becomes the outcome."""
+                user_agent: str, etag: str | None = None, last_modified: str | None = None,
+                keep_exchange: bool = False) -> FetchResponse:
+    """One GET, classified. Never raises for network trouble: it becomes the outcome.
+    `keep_exchange`: also return the exchange as sent and received (`exchange`), the
+    payload as received on the wire (for the WARC records)."""
     start = time.monotonic()
     policy = getattr(session.connector, "address_policy", None)
     refusal = literal_refusal(url, policy) if policy is not None else None
     if refusal is not None:  # an IP literal: no resolver is asked, so refuse it here
         return FetchResponse(Outcome.ADDRESS_BLOCKED, error=str(_refusal(url, refusal)))
     cap, wire_cap = limits.body_limit(kind), limits.wire_limit(kind)
+    # (response, wire bytes so far, peer) once an answer has come: a body cut short by a
+    # timeout or a disconnect still leaves the exchange, marked truncated.
+    answered: list[tuple[aiohttp.ClientResponse, list[bytes], str | None]] = []
+
+    def partial(why: str) -> Exchange | None:
+        return _exchange(*answered[0][:2], why, answered[0][2]) if answered else None
+
     try:
         async with session.get(url, headers=request_headers(user_agent, etag, last_modified),
                                allow_redirects=False) as resp:
@@ -243,11 +285,20 @@ async def fetch(session: aiohttp.ClientSession, url: str, kind: Kind, limits: Fe
             outcome = classify(resp.status, kind, headers.get("Content-Type"),
                                headers.get("Location"))
             body, wire, too_large, decode_s = b"", 0, False, 0.0
+            raw: list[bytes] = []  # the wire bytes, kept only for the exchange
+            ip = _peer(resp) if keep_exchange else None
+            if keep_exchange:
+                answered.append((resp, raw, ip))
+            # A body that is not read (only OK answers' are) is absent from the record.
+            truncated = None if outcome is Outcome.OK or \
+                headers.get("Content-Length", "").strip() == "0" else "unspecified"
             if outcome is Outcome.OK:
                 decoder = _decoder(headers.get("Content-Encoding", "").lower())
                 out = bytearray()
                 async for chunk in resp.content.iter_chunked(64 * 1024):
                     wire += len(chunk)
+                    if keep_exchange:
+                        raw.append(chunk)
                     if decoder is None:
                         out += chunk
                     else:
@@ -259,11 +310,16 @@ async def fetch(session: aiohttp.ClientSession, url: str, kind: Kind, limits: Fe
                     # robots.txt: the first 512 KiB is what counts; anything else is
                     # refused whole, and nothing of it is kept.
                     outcome = Outcome.TOO_LARGE
+                    raw, truncated = [], "length"  # nothing of it is kept
                 else:
+                    if too_large:
+                        truncated = "length"
                     del out[cap:]
                     body = bytes(out)
+            exchange = _exchange(resp, raw, truncated, ip) if keep_exchange else None
             return FetchResponse(outcome, resp.status, headers, body, wire,
-                                 time.monotonic() - start - decode_s, decode_s=decode_s)
+                                 time.monotonic() - start - decode_s, decode_s=decode_s,
+                                 exchange=exchange)
     except AddressRefused as exc:
         return FetchResponse(Outcome.ADDRESS_BLOCKED, error=str(exc),
                              duration_s=time.monotonic() - start)
@@ -279,13 +335,16 @@ async def fetch(session: aiohttp.ClientSession, url: str, kind: Kind, limits: Fe
                              duration_s=time.monotonic() - start)
     except (TimeoutError, aiohttp.ServerTimeoutError) as exc:
         return FetchResponse(Outcome.TIMEOUT, error=f"timeout: {exc!r}",
-                             duration_s=time.monotonic() - start)
+                             duration_s=time.monotonic() - start, exchange=partial("time"))
     except OSError as exc:
         if REFUSAL_MARK in str(exc):
             return FetchResponse(Outcome.ADDRESS_BLOCKED, error=str(exc),
                                  duration_s=time.monotonic() - start)
         return FetchResponse(Outcome.OTHER_ERROR, error=f"{type(exc).__name__}: {exc}",
-                             duration_s=time.monotonic() - start)
+                             duration_s=time.monotonic() - start,
+                             exchange=partial("disconnect"))
     except (aiohttp.ClientError, zlib.error) as exc:
         return FetchResponse(Outcome.OTHER_ERROR, error=f"{type(exc).__name__}: {exc}",
-                             duration_s=time.monotonic() - start)
+                             duration_s=time.monotonic() - start,
+                             exchange=partial("disconnect" if isinstance(
+                                 exc, aiohttp.ClientError) else "unspecified"))

@@ -72,6 +72,7 @@ class FetchContext:
     faults: FaultInjector | None = None
     url_policy: UrlPolicy | None = None  # urls.drop_query_params
     stats: PageStats = field(default_factory=PageStats)  # the task's, for its metrics
+    warc: Any = None  # the task's WarcWriter (udfs/warc_writer.py); None: no WARC kept
 
 
 def _discovered(host_key: str, source: str, parent: str, depth: int, now_ms: int,
@@ -86,8 +87,18 @@ async def process_lease(lease: dict[str, Any], ctx: FetchContext
     kind = Kind(lease["kind"])
     url = lease["url"]
     resp = await fetch(ctx.session, url, kind, ctx.limits, ctx.user_agent,
-                       lease.get("etag"), lease.get("last_modified"))
+                       lease.get("etag"), lease.get("last_modified"),
+                       keep_exchange=ctx.warc is not None)
     now_ms = ctx.clock_ms()
+    if ctx.warc is not None and resp.exchange is not None:
+        # Every answer with a status is kept, on the writer's thread (gzip and disk off
+        # this loop); the completion leaves only once its records are in the file.
+        from udfs.warc import Fetch
+
+        record = Fetch(url, lease["lease_id"], lease["url_version"], lease["attempt"],
+                       now_ms, resp.exchange)
+        resp.exchange = None  # the payload is not held twice
+        await asyncio.wrap_future(ctx.warc.submit(ctx.warc.write, record))
     h = resp.headers
     completion: dict[str, Any] = {
         "lease_id": lease["lease_id"], "url_id": lease["url_id"],

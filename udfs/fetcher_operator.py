@@ -118,7 +118,45 @@ class FetchFunction(AsyncFunction):
         from udfs.fetch_engine import FetchEngine
 
         self.engine = FetchEngine(self._guarded, capacity=self.connections)
+        self.warc = self._warc_writer(cfg, runtime_context)
+        if self.warc is not None:  # what writers of this crawl that died here left
+            self.warc.start_recovery()
+        self._warc_roll = None  # the last age check handed to the writer
+        self._warc_checked = time.monotonic()
         self._metrics(runtime_context.get_metrics_group())
+
+    def _warc_writer(self, cfg: Config, runtime_context):
+        """The task's WARC writer (warc.enabled), one per subtask: its files are named
+        after this host, the subtask and a token of this incarnation (never reused)."""
+        if not cfg["warc.enabled"]:
+            return None
+        import socket
+        import uuid
+
+        from udfs.warc import RollPolicy
+        from udfs.warc_writer import WarcWriter, store_identity
+
+        subtask = getattr(runtime_context, "get_index_of_this_subtask", lambda: 0)()
+        return WarcWriter(
+            self.store, prefix=cfg["warc.prefix"], file_prefix=cfg["warc.file_prefix"],
+            policy=RollPolicy(cfg["warc.max_file_bytes"], cfg["warc.max_file_age_s"]),
+            temp_dir=cfg["warc.temp_dir"],
+            host=f"{socket.gethostname()}-t{subtask}-{uuid.uuid4().hex[:6]}",
+            dedup_entries=cfg["warc.dedup_entries"], operator=self.user_agent,
+            store_id=store_identity(cfg))
+
+    def _warc_tick(self) -> None:
+        """At most once a second: have the writer publish its file if it is old enough
+        (the writer's thread does it); a failed publish fails the task here."""
+        if self.warc is None:
+            return
+        roll = self._warc_roll
+        if roll is not None and roll.done() and roll.exception() is not None:
+            raise roll.exception()
+        now = time.monotonic()
+        if now - self._warc_checked >= 1.0 and (roll is None or roll.done()):
+            self._warc_checked = now
+            self._warc_roll = self.warc.submit(self.warc.roll_if_due)
 
     def _metrics(self, group) -> None:
         """The fetcher's metrics: fetches and robots.txt fetches by outcome class, bytes
@@ -153,6 +191,13 @@ class FetchFunction(AsyncFunction):
                 "politeness_breaches_total", lambda rule=rule: self.selfcheck.breaches[rule])
         group.gauge("requests_started_total", lambda: self.selfcheck.starts)
         group.gauge("bytes_fetched_total", lambda: self.fetched_bytes)
+        if self.warc is not None:
+            w = self.warc.stats
+            group.gauge("warc_records_total", lambda: w.records)
+            group.gauge("warc_revisits_total", lambda: w.revisits)
+            group.gauge("warc_files_published_total", lambda: w.files_published)
+            group.gauge("warc_bytes_published_total", lambda: w.bytes_published)
+            group.gauge("warc_write_microseconds_sum", lambda: w.write_us)
 
     def _count(self, completion: dict[str, Any]) -> None:
         cls = outcome_class(completion["outcome"], completion["http_status"])
@@ -275,6 +320,7 @@ class FetchFunction(AsyncFunction):
     async def async_invoke(self, value):
         """Hand the lease to the engine (a tick: nothing) and return what it has done."""
         self.engine.check()
+        self._warc_tick()
         if len(value[1]):
             await self.engine.submit_when_room(value)
         return self.engine.drain()
@@ -329,7 +375,7 @@ class FetchFunction(AsyncFunction):
                 replace(self.limits, total_timeout_s=max(0.1, remaining - 1.0))
             ctx = FetchContext(await self._session(), self.store, limits, self.user_agent,
                                faults=self.faults, url_policy=self.url_policy,
-                               stats=self.pages)
+                               stats=self.pages, warc=self.warc)
             completion, discovered = await process_lease(lease, ctx)
             if self.faults is not None:
                 self.faults.after_response(lease["url"])
@@ -363,3 +409,5 @@ class FetchFunction(AsyncFunction):
             except Exception:  # the engine's loop may already be gone
                 pass
         self.engine.close()
+        if self.warc is not None:  # after the engine: no record is handed over any more
+            self.warc.close()  # publishes the open file

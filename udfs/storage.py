@@ -14,6 +14,7 @@ from __future__ import annotations
 import gzip
 import hashlib
 import os
+import shutil
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -43,6 +44,15 @@ class ObjectStore(Protocol):
 
     def list_objects(self, prefix: str) -> Iterator[str]:
         """The keys that start with `prefix`, in key order."""
+
+    def put_file(self, key: str, path: str | os.PathLike[str]) -> None:
+        """Store the file at `path` under `key`: the object appears whole or not at all."""
+
+    def get_range(self, key: str, offset: int, length: int) -> bytes:
+        """`length` bytes of the object `key` from `offset` (a WARC record)."""
+
+    def size(self, key: str) -> int:
+        """The object's size in bytes."""
 
 
 class LocalStore:
@@ -79,6 +89,24 @@ class LocalStore:
 
     def get_object(self, key: str) -> bytes:
         return (self.root / key).read_bytes()
+
+    def put_file(self, key: str, path: str | os.PathLike[str]) -> None:
+        dest = self.root / key
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=".tmp-")
+        with os.fdopen(fd, "wb") as out, open(path, "rb") as src:
+            shutil.copyfileobj(src, out, 1024 * 1024)
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(tmp, dest)  # one step: the name holds the whole file or nothing
+
+    def get_range(self, key: str, offset: int, length: int) -> bytes:
+        with open(self.root / key, "rb") as fh:
+            fh.seek(offset)
+            return fh.read(length)
+
+    def size(self, key: str) -> int:
+        return (self.root / key).stat().st_size
 
     def list_objects(self, prefix: str) -> Iterator[str]:
         # The deepest folder the prefix names, then a filter on the full key.
@@ -122,6 +150,19 @@ class S3Store:
 
     def get_object(self, key: str) -> bytes:
         return self.client.get_object(Bucket=self.bucket, Key=key)["Body"].read()
+
+    def put_file(self, key: str, path: str | os.PathLike[str]) -> None:
+        # One PUT, or a multipart upload for a large file: S3 shows the object only once
+        # the upload is complete.
+        self.client.upload_file(str(path), self.bucket, key)
+
+    def get_range(self, key: str, offset: int, length: int) -> bytes:
+        return self.client.get_object(Bucket=self.bucket, Key=key,
+                                      Range=f"bytes={offset}-{offset + length - 1}"
+                                      )["Body"].read()
+
+    def size(self, key: str) -> int:
+        return int(self.client.head_object(Bucket=self.bucket, Key=key)["ContentLength"])
 
     def list_objects(self, prefix: str) -> Iterator[str]:
         pages = self.client.get_paginator("list_objects_v2").paginate(Bucket=self.bucket,

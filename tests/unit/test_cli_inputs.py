@@ -111,6 +111,13 @@ BAD = [
     (["audit", "https://example.com/", "--days", "0"], "--days 0: must be at least 1"),
     (["audit", "https://example.com/", "--days", "3661"], "--days 3661: must be at most"),
     (["audit", "https://example.com/", "--set", "storage.backend=ftp"], "storage.backend"),
+    (["warc", "get"], "get needs a URL"),
+    (["warc", "get", "ftp://a.test/x"], "URL ftp://a.test/x: not an http(s) URL"),
+    (["warc", "ls", "http://a.test/"], "ls takes no URL (got http://a.test/)"),
+    (["warc", "verify", "--raw"], "--raw is for get, not verify"),
+    (["warc", "recover", "http://a.test/"], "recover takes no URL"),
+    (["warc", "ls", "--set", "warc.prefix=no-slash"], "warc.prefix"),
+    (["warc", "verify", "--set", "warc.max_file_age_s=0"], "warc.max_file_age_s"),
     (["plan", "--assumptions", "{d}/missing.yaml"], "--assumptions {d}/missing.yaml: no such"),
     (["plan", "--assumptions", "{d}/bad.yaml"], "--assumptions {d}/bad.yaml: not valid YAML"),
     (["plan", "--assumptions", "{d}/unknown.yaml"], "unknown assumptions ['nonsense']"),
@@ -205,6 +212,8 @@ def test_good_inputs_pass_the_checks_and_reach_the_tripwire(files, started):
         main(["simulate", "--hosts", "1", "--fetches", "1", "--faults", "none"])
     with pytest.raises(AssertionError, match="open_store"):
         main(["audit", "https://example.com/", "--days", "3", "--json"])
+    with pytest.raises(AssertionError, match="open_store"):
+        main(["warc", "get", "https://example.com/", "--raw"])
     assert started == ["crawler.run.run", "crawler.run.publish_seeds",
                        "crawler.cluster.Cluster", "crawler.simulate.main_line",
-                       "udfs.storage.open_store"]
+                       "udfs.storage.open_store", "udfs.storage.open_store"]

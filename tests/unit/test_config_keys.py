@@ -1250,6 +1250,49 @@ def p_bodies(cfg, w):
             type(audit.fn.store).__name__, [(m, u) for m, u, _ in audit.s3])
 
 
+def p_warc(cfg, w):
+    """The WARC files the fetcher publishes for three fetches of one page (the third after
+    400 s on the writer's clock and a tick of the job): per file its folder, name and
+    record types; every file's record types in order; the folder of the file being
+    written after the first fetch."""
+    import tempfile
+
+    from warcio.archiveiterator import ArchiveIterator
+
+    where = w.fresh_dir("warc")
+    temp_dirs = [Path(tempfile.gettempdir()) / "crawl-warc", w.tmp / "warc-temp"]
+    temp: list[str] = []
+
+    async def go():
+        job = FetcherJob(cfg, w)
+        try:
+            await job.fetch(w.url("/page"))
+            writer = job.fn.warc
+            if writer is not None:
+                temp.extend(d.name for d in temp_dirs if list(d.glob(f".tmp-*{writer.host}*")))
+            await job.fetch(w.url("/page"))
+            if writer is not None:
+                writer.clock = lambda: time.time() + 400
+                job.fn._warc_checked = float("-inf")  # the next call is a tick's
+                await job.fn.async_invoke((b"", b""))
+                job.fn._warc_roll.result(10)
+            await job.fetch(w.url("/page"))
+        finally:
+            await job.close()
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.chdir(where)
+        asyncio.run(go())
+    files, types = [], []
+    for p in sorted(where.rglob("*.warc.gz")):
+        with open(p, "rb") as fh:
+            kinds = [r.rec_headers.get_header("WARC-Type") for r in ArchiveIterator(fh)]
+        rel = p.relative_to(where)
+        files.append((str(rel.parent), rel.name, kinds))
+        types += kinds
+    return {"files": files, "types": types, "temp": temp}
+
+
 def p_audit_flushes(cfg, w):
     """Records in each audit object the frontier job's AuditWriter has written: after
     five completions of one partition a second apart, 25 s later, and 60 s after that."""
@@ -1295,7 +1338,9 @@ def p_s3_tiers(cfg, w):
             mp.setenv("AWS_SECRET_ACCESS_KEY", "probe-default-secret")
             job = FetcherJob(cfg, w)
             fetch_once(cfg, w, w.url("/page"), job=job, storage_tier=tier)
-        puts = [h for m, h in job.s3_headers if m == "PUT"]
+        # The body's PUT (the WARC file and its index go in the bucket's default class).
+        puts = [h for (m, h), (_, u, _) in zip(job.s3_headers, job.s3, strict=True)
+                if m == "PUT" and "/raw/" in u]
         out[tier] = [v.decode() if isinstance(v, bytes) else v
                      for v in (h.get("x-amz-storage-class") for h in puts)]
     return out
@@ -1813,15 +1858,53 @@ EFFECTS: dict[str, Effect] = {
     "storage.backend": Effect(
         p_bodies, "s3",
         lambda d, c, ch: d[0] == d[3] == "LocalStore" and c[0] == c[3] == "S3Store"
-        and not c[1] and [m for m, _ in c[2]] == ["HEAD", "PUT"]
+        and not c[1] and [m for m, u in c[2] if "/raw/" in u] == ["HEAD", "PUT"]
+        and [u.rsplit(".", 1)[1] for m, u in c[2] if m == "PUT" and "/crawl/warc/" in u]
+        == ["gz", "cdxj"]
         and [m for m, _ in c[4]] == ["PUT"] and "/crawl/audit/day" in c[4][0][1],
-        "bodies and the audit trail go to S3", base=tuple(LOOPBACK_NETS)),
+        "bodies, WARC files and the audit trail go to S3", base=tuple(LOOPBACK_NETS)),
     "storage.local_dir": Effect(
         p_bodies, "bodies",
-        lambda d, c, ch: [f.split("/")[2] for f in d[1]] == ["audit", "raw"]
+        lambda d, c, ch: [f.split("/")[2] for f in d[1]] == ["audit", "raw", "warc"]
         and all(f.startswith(".state/objects/") for f in d[1])
-        and [f.split("/")[:2] for f in c[1]] == [["bodies", "audit"], ["bodies", "raw"]],
-        "bodies and the audit trail go under the folder", base=tuple(LOOPBACK_NETS)),
+        and [f.split("/")[:2] for f in c[1]] == [["bodies", "audit"], ["bodies", "raw"],
+                                                 ["bodies", "warc"]],
+        "bodies, WARC files and the audit trail go under the folder",
+        base=tuple(LOOPBACK_NETS)),
+    # warc
+    "warc.enabled": Effect(
+        p_warc, False, lambda d, c, ch: d["files"] and not c["files"] and not c["temp"],
+        "no WARC is written", base=tuple(LOOPBACK_NETS)),
+    "warc.prefix": Effect(
+        p_warc, "archive/crawl-1/",
+        lambda d, c, ch: {f[0] for f in d["files"]} == {".state/objects/warc"}
+        and {f[0] for f in c["files"]} == {".state/objects/archive/crawl-1"},
+        "files and their indexes go under the prefix", base=tuple(LOOPBACK_NETS)),
+    "warc.file_prefix": Effect(
+        p_warc, "TEST-CRAWL",
+        lambda d, c, ch: all(f[1].startswith("CC-MAIN-2") for f in d["files"])
+        and all(f[1].startswith("TEST-CRAWL-2") for f in c["files"]),
+        "file names start with it", base=tuple(LOOPBACK_NETS)),
+    "warc.max_file_bytes": Effect(
+        p_warc, 1000,
+        lambda d, c, ch: len(d["files"]) == 2 and len(c["files"]) == 3
+        and all(f[2][0] == "warcinfo" and len(f[2]) == 3 for f in c["files"]),
+        "a file is published once it holds that many bytes, never splitting a record",
+        base=tuple(LOOPBACK_NETS)),
+    "warc.max_file_age_s": Effect(
+        p_warc, 500.0,
+        lambda d, c, ch: len(d["files"]) == 2 and len(c["files"]) == 1,
+        "a file is published once it is that old (checked at the job's ticks)",
+        base=tuple(LOOPBACK_NETS)),
+    "warc.temp_dir": Effect(
+        p_warc, lambda w, key: str(w.tmp / "warc-temp"),
+        lambda d, c, ch: d["temp"] == ["crawl-warc"] and c["temp"] == ["warc-temp"],
+        "the file being written is there", base=tuple(LOOPBACK_NETS)),
+    "warc.dedup_entries": Effect(
+        p_warc, 0,
+        lambda d, c, ch: d["types"].count("revisit") == 2 and "revisit" not in c["types"],
+        "a repeated payload is a revisit record, unless no digest is remembered",
+        base=tuple(LOOPBACK_NETS)),
     # audit
     "audit.flush_records": Effect(
         p_audit_flushes, 2,
