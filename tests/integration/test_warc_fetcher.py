@@ -16,19 +16,27 @@ from udfs.storage import LocalStore
 from udfs.warc import read_record, sha256_b32
 
 
+def fetcher_settings(web: SyntheticWeb, leases: str, comps: str, disc: str, dlq: str,
+                     objects, temp, *, checkpoint_ms: int, max_file_age_s: int) -> list[str]:
+    """The fetcher job's settings: its topics, the synthetic web on loopback, the store
+    and the WARC temp folder under tmp_path."""
+    return [f"topics.leases.name={leases}", f"topics.completions.name={comps}",
+            f"topics.discovered.name={disc}", f"topics.deadletter.name={dlq}",
+            f"flink.checkpoint_interval_ms={checkpoint_ms}", "flink.restart_strategy=none",
+            "fetch.allowed_networks=[127.0.0.0/8]",
+            f"fetch.static_hosts=[{','.join(web.static_hosts())}]",
+            f"storage.local_dir={objects}", f"warc.temp_dir={temp}",
+            f"warc.max_file_age_s={max_file_age_s}"]
+
+
 def test_every_fetch_has_its_warc_records_and_the_files_verify(cfg, fresh_topics, tmp_path,
                                                              capsys):
     web = SyntheticWeb(build_sites(6, seed=4))
     web.start()
     leases, comps, disc, dlq = fresh_topics("leases", "comps", "disc", "dlq")
     objects, temp = tmp_path / "objects", tmp_path / "warc-temp"
-    overrides = [f"topics.leases.name={leases}", f"topics.completions.name={comps}",
-                 f"topics.discovered.name={disc}", f"topics.deadletter.name={dlq}",
-                 "flink.checkpoint_interval_ms=1000", "flink.restart_strategy=none",
-                 "fetch.allowed_networks=[127.0.0.0/8]",
-                 f"fetch.static_hosts=[{','.join(web.static_hosts())}]",
-                 f"storage.local_dir={objects}", f"warc.temp_dir={temp}",
-                 "warc.max_file_age_s=2"]
+    overrides = fetcher_settings(web, leases, comps, disc, dlq, objects, temp,
+                                 checkpoint_ms=1000, max_file_age_s=2)
     job = JobProcess("fetcher", overrides, tmp_path / "fetcher.log")
     job.start()
     try:
@@ -93,13 +101,8 @@ def test_a_killed_fetchers_unpublished_file_is_published_by_the_next_one(
     web.start()
     leases, comps, disc, dlq = fresh_topics("leases", "comps", "disc", "dlq")
     objects, temp = tmp_path / "objects", tmp_path / "warc-temp"
-    overrides = [f"topics.leases.name={leases}", f"topics.completions.name={comps}",
-                 f"topics.discovered.name={disc}", f"topics.deadletter.name={dlq}",
-                 "flink.checkpoint_interval_ms=500", "flink.restart_strategy=none",
-                 "fetch.allowed_networks=[127.0.0.0/8]",
-                 f"fetch.static_hosts=[{','.join(web.static_hosts())}]",
-                 f"storage.local_dir={objects}", f"warc.temp_dir={temp}",
-                 "warc.max_file_age_s=3600"]
+    overrides = fetcher_settings(web, leases, comps, disc, dlq, objects, temp,
+                                 checkpoint_ms=500, max_file_age_s=3600)
     store = LocalStore(objects)
     first = JobProcess("fetcher", overrides, tmp_path / "fetcher-1.log")
     first.start()
