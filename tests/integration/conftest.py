@@ -54,20 +54,14 @@ def free_port() -> int:
 
 
 def scrape(port: int) -> dict[tuple[str, frozenset], float]:
-    """One scrape of a Prometheus text endpoint on 127.0.0.1: (name, labels) → value."""
-    import re
+    """One scrape of a Prometheus text endpoint on 127.0.0.1: (name, labels) → value
+    (parsed as `crawl status` parses it); raises OSError when nothing answers."""
     import urllib.request
 
+    from crawler.status import parse_metrics
+
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
-        text = r.read().decode()
-    out = {}
-    for line in text.splitlines():
-        m = re.fullmatch(r"([A-Za-z_:][\w:]*)(?:\{(.*)\})?\s+(\S+)(?:\s+\d+)?", line)
-        if m is None or line.startswith("#"):
-            continue
-        labels = frozenset(re.findall(r'(\w+)="((?:[^"\\]|\\.)*)"', m.group(2) or ""))
-        out[(m.group(1), labels)] = float(m.group(3))
-    return out
+        return parse_metrics(r.read().decode())
 
 
 def metric(samples: dict, suffix: str, **labels: str) -> float | None:
