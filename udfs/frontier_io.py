@@ -53,7 +53,8 @@ def index_event(u: UrlState, c: dict[str, Any], change: Change | None) -> dict[s
             "text_sha256": c["text_sha256"], "simhash": c["simhash"],
             "canonical_url": c["canonical_url"], "noindex": c["noindex"],
             "change": (change or Change.CHANGED).value, "duplicate_of": None,
-            "near_duplicate_of": None}
+            "near_duplicate_of": None, "warc_filename": c.get("warc_filename"),
+            "warc_offset": c.get("warc_offset"), "warc_length": c.get("warc_length")}
 
 
 def duplicate_feedback(event: dict[str, Any]) -> dict[str, Any] | None:
