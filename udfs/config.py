@@ -129,6 +129,12 @@ def _retention(v: int) -> str | None:
     return None if v == -1 or v >= 1 else "must be -1 (forever) or a positive number of ms"
 
 
+def _url_filters(v: list[str]) -> str | None:
+    from udfs.core.urlfilters import check_entries
+
+    return check_entries(v)
+
+
 # Checks beyond the type of the default. "*" matches one path segment.
 _RULES: dict[str, Callable[[Any], str | None]] = {
     "kafka.bootstrap_servers": _bootstrap,
@@ -137,6 +143,7 @@ _RULES: dict[str, Callable[[Any], str | None]] = {
     "topics.*.name": _topic_name,
     "topics.*.partitions": _between(1, 10000),
     "topics.*.retention_ms": _retention,
+    "urls.filters": _url_filters,
     "robots.user_agent": lambda v: None if valid_user_agent(v)
     else "must be a product token of letters, '_' and '-' (RFC 9309 2.2.1)",
     "robots.cache_ttl_s": _between(60, 86400, "RFC 9309: refresh within 24 h"),

@@ -4,6 +4,7 @@ decides anything here."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -11,6 +12,7 @@ from udfs.core.addresses import AddressPolicy, url_address_refusal
 from udfs.core.frontier import FetchResult, Kind, Lease, Outcome, UrlState
 from udfs.core.parse import group_by_host
 from udfs.core.recrawl import Change, Dup
+from udfs.core.urlfilters import Link, UrlFilter, run_chain
 from udfs.core.urls import UrlPolicy, normalize_url, split_host_key
 
 # The sources that mark a URL as a sitemap file (read as a sitemap, not indexed): a
@@ -99,20 +101,33 @@ class Intake:
     groups: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     invalid: list[str] = field(default_factory=list)
     refused: list[tuple[str, str]] = field(default_factory=list)
+    # URLs a filter of urls.filters dropped: (url, filter name, error if it raised)
+    filtered: list[tuple[str, str, str | None]] = field(default_factory=list)
 
 
 def intake(record: dict[str, Any], url_policy: UrlPolicy | None = None,
-           address_policy: AddressPolicy | None = None) -> Intake:
+           address_policy: AddressPolicy | None = None,
+           filters: Sequence[tuple[str, UrlFilter]] = ()) -> Intake:
     """Sort one DiscoveredUrls record's links (see `Intake`). `url_policy`: the query
-    parameters to drop (urls.drop_query_params); `address_policy`: fetch.allowed_networks."""
+    parameters to drop (urls.drop_query_params); `address_policy`: fetch.allowed_networks;
+    `filters`: the user's URL filter chain (urls.filters, udfs/core/urlfilters.py)."""
     out = Intake()
     groups = out.groups
     kind = Kind.SITEMAP if record["source"] in SITEMAP_SOURCES else Kind.PAGE
+    context = Link(record["source"], record["parent_url"], record["depth"]) if filters \
+        else None
     for link in record["links"]:
         url = normalize_url(link["url"], policy=url_policy)
         if url is None:
             out.invalid.append(link["url"])
             continue
+        if context is not None:
+            verdict = run_chain(filters, url, context,
+                                lambda u: normalize_url(u, policy=url_policy))
+            if verdict.url is None:
+                out.filtered.append((url, verdict.dropped_by or "", verdict.error))
+                continue
+            url = verdict.url
         if address_policy is not None:
             reason = url_address_refusal(url, address_policy)
             if reason is not None:

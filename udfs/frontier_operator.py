@@ -39,6 +39,7 @@ from udfs.core.fingerprints import band_keys, from_signed64, hamming
 from udfs.core.frontier import GAUGES, Acceptance, FrontierConfig, HostFrontier, Kind
 from udfs.core.recrawl import Dup
 from udfs.core.traps import DailyBudget
+from udfs.core.urlfilters import load_filters
 from udfs.core.urls import UrlPolicy, split_host_key
 from udfs.deadletter import dead_letter
 from udfs.frontier_io import (
@@ -166,8 +167,10 @@ class Intake(ProcessFunction):
     Links are normalized with the configured drop list (urls.drop_query_params), and
     a URL whose host is an IP literal the address policy refuses (fetch.allowed_networks)
     is never queued: it goes to the dead-letter topic as ADDRESS_BLOCKED, counted in
-    the metric urls_refused_address. Every discovered URL passes here (seeds, links,
-    sitemap entries, redirect targets and robots.txt Sitemap lines alike)."""
+    the metric urls_refused_address. The user's URL filters (urls.filters) run here
+    first; what they drop is counted in urls_filtered_total{filter}. Every discovered
+    URL passes here (seeds, links, sitemap entries, redirect targets and robots.txt
+    Sitemap lines alike)."""
 
     def __init__(self, cfg_data: dict[str, Any]) -> None:
         self.cfg_data = cfg_data
@@ -180,9 +183,13 @@ class Intake(ProcessFunction):
         self.control_topic = cfg.topic("control")
         self.url_policy = UrlPolicy.from_names(cfg["urls.drop_query_params"])
         self.address_policy = AddressPolicy.from_networks(cfg["fetch.allowed_networks"])
+        self.filters = load_filters(cfg["urls.filters"])
         self.reg = registry()
         group = runtime_context.get_metrics_group()
         self.refused_address = group.counter("urls_refused_address")
+        # URLs dropped by the user's filters, by filter (a fixed, configured set).
+        self.filtered = {name: group.add_group("filter", name).counter("urls_filtered_total")
+                         for name, _ in self.filters}
         self.dead_letter_group = group
         self.dead_letters: dict[str, Any] = {}  # by reason (error type): a fixed set
 
@@ -218,9 +225,14 @@ class Intake(ProcessFunction):
             if feedback is not None:
                 yield Row(record["host_key"], "F", pickle.dumps(feedback))
             return
-        found = intake(record, self.url_policy, self.address_policy)
+        found = intake(record, self.url_policy, self.address_policy, self.filters)
         for host_key, links in found.groups.items():
             yield Row(host_key, "D", pickle.dumps(links))
+        for url, name, error in found.filtered:
+            self.filtered[name].inc()
+            if error is not None:  # the filter raised: its bug, kept for its author
+                yield self._dead(row, f"URL filter {name} raised {error}",
+                                 "UrlFilterError", url=url)
         for url in found.invalid:
             yield self._dead(row, "not an http(s) URL", "InvalidUrl", url=url)
         for url, reason in found.refused:

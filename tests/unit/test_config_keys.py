@@ -1129,6 +1129,20 @@ def p_query_params(cfg, w):
     return job.leased(), [u.replace(base, "") for u in fetched.links]
 
 
+class SkipCalendar:
+    """A user's URL filter (urls.filters): drops every /calendar/ URL."""
+
+    def filter(self, url: str, link: Any) -> str | None:
+        return None if "/calendar/" in url else url
+
+
+def p_url_filters(cfg, w):
+    """The URLs the frontier leases for a seed of three pages, one under /calendar/."""
+    job = crawl(cfg, w, [{"urls": [H + "/a", H + "/calendar/2026", H + "/b"],
+                          "source": "SEED"}], 10)
+    return sorted(job.leased())
+
+
 def p_ip_literal(cfg, w):
     """A page on 127.0.0.1: the fetcher's outcome, and the frontier intake's refusals."""
     job = crawl(cfg, w, [{"urls": [w.url("/page")], "source": "SEED"}], 1)
@@ -1661,6 +1675,11 @@ EFFECTS: dict[str, Effect] = {
                                ["/next?utm_source=x", "/p;jsessionid=abc"]),
         "names are case-insensitive; query and path parameters with these names are dropped",
         base=tuple(LOOPBACK_NETS)),
+    "urls.filters": Effect(
+        p_url_filters, ["tests.unit.test_config_keys:SkipCalendar"],
+        lambda d, c, ch: any("/calendar/" in u for u in d)
+        and not any("/calendar/" in u for u in c) and len(c) == len(d) - 1,
+        "a URL the filter drops is never leased; the others are"),
     # robots
     "robots.user_agent": Effect(
         p_user_agent, "OtherBot",
