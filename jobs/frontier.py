@@ -1,6 +1,7 @@
 """The frontier job: discovered URLs, completions, operators' host commands and (read
-back) its own index events in; leases, index events, discovered URLs (redirect targets,
-robots.txt sitemaps) and command replies out. Thread mode.
+back) its own index events and hot hosts' shard moves in; leases, index events,
+discovered URLs (redirect targets, robots.txt sitemaps), command replies and shard
+moves out. Thread mode.
 
     python -m jobs.frontier [--config FILE] [--set KEY=VALUE ...] [--bounded]
     flink run -py jobs/frontier.py -pyfs udfs,schemas -- --set ...
@@ -23,6 +24,7 @@ from udfs.frontier_operator import (
     INDEX,
     INDEX_INPUT,
     REPLIES,
+    SHARDS,
     TICK,
     ContentDedup,
     FrontierFunction,
@@ -61,7 +63,12 @@ def main(argv: Sequence[str] | None = None) -> None:
     # host's owner, in its keyed state; replayed from the checkpoint like any input.
     control = kafka.source(cfg.topic("control"), "frontier", bounded=args.bounded,
                            ingestion_time=True)
-    records = discovered.union(completions, feedback, control) \
+    # A hot host's URLs between its owner and its shards (udfs/core/shards.py), written
+    # by this job exactly-once below: read committed, so a move is seen once, and only
+    # with the checkpoint that recorded the sender's side of it.
+    shards = kafka.source(cfg.topic("shards"), "frontier", bounded=args.bounded,
+                          ingestion_time=True)
+    records = discovered.union(completions, feedback, control, shards) \
         .process(Intake(dict(cfg.data)),
                  output_type=HOST_INPUT).uid("frontier-intake").name("decode and normalize")
     # The crawl clock: its watermark fires the hosts' event-time timers even when no
@@ -95,6 +102,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     # Replies at once: the CLI waits for them; a replayed command is answered again.
     kafka.sink(frontier.get_side_output(REPLIES), cfg.topic("replies"),
                exactly_once=False)
+    kafka.sink(frontier.get_side_output(SHARDS), cfg.topic("shards"), exactly_once=True,
+               transactional_id_prefix=f"frontier-{cfg.topic('shards')}")
     kafka.sink(index, cfg.topic("index"), exactly_once=True,
                transactional_id_prefix=f"frontier-{cfg.topic('index')}")
     kafka.sink(records.get_side_output(DEAD_LETTERS), cfg.topic("deadletter"),

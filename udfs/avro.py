@@ -39,6 +39,7 @@ TOPIC_SCHEMAS: dict[str, str] = {
     "deadletter": "dead_letter",
     "control": "host_command",
     "replies": "host_reply",
+    "shards": "shard_transfer",
 }
 STATE_SCHEMAS = ("url_state", "host_state", "fetch_lease")
 

@@ -26,7 +26,7 @@ ENV_PREFIX = "CRAWL__"
 ENV_CONFIG_FILE = "CRAWL_CONFIG"
 
 TOPIC_KEYS = ("discovered", "leases", "completions", "index", "deadletter", "control",
-              "replies")
+              "replies", "shards")
 
 
 class ConfigError(ValueError):
@@ -176,6 +176,10 @@ _RULES: dict[str, Callable[[Any], str | None]] = {
     "frontier.max_resident_urls": _between(16, 10_000_000),
     "frontier.cold_bucket_s": _between(1, 86400),
     "frontier.cache_urls": _at_least(1000),
+    "frontier.shard_above_urls": _at_least(0),
+    "frontier.host_shards": _between(1, 4096),
+    "frontier.shard_refill_urls": _at_least(1),
+    "frontier.shard_pull_timeout_s": _between(1, 86400),
     "frontier.clock_idle_ms": _between(100, 60_000),
     "s3.low_tier_storage_class": _one_of(
         "", "STANDARD", "STANDARD_IA", "ONEZONE_IA", "INTELLIGENT_TIERING", "GLACIER_IR",

@@ -4,6 +4,7 @@ decides anything here."""
 
 from __future__ import annotations
 
+import pickle
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -12,6 +13,7 @@ from udfs.core.addresses import AddressPolicy, url_address_refusal
 from udfs.core.frontier import FetchResult, Kind, Lease, Outcome, UrlState
 from udfs.core.parse import group_by_host
 from udfs.core.recrawl import Change, Dup
+from udfs.core.shards import Transfer
 from udfs.core.urlfilters import Link, UrlFilter, run_chain
 from udfs.core.urls import UrlPolicy, normalize_url, split_host_key
 
@@ -139,3 +141,17 @@ def intake(record: dict[str, Any], url_policy: UrlPolicy | None = None,
             "kind": kind, "lastmod": None if link["lastmod_ms"] is None else
             link["lastmod_ms"] / 1000.0, "changefreq": link.get("changefreq")})
     return out
+
+
+def transfer_record(t: Transfer) -> dict[str, Any]:
+    """A ShardTransfer record (schema shard_transfer.v1) of a hot host's move."""
+    return {"kind": t.kind, "host_key": t.host_key, "shard": t.shard, "want": t.want,
+            "remaining": t.remaining,
+            "urls": [{"url": url, "state": pickle.dumps(saved)} for url, saved in t.urls]}
+
+
+def transfer_from_record(record: dict[str, Any]) -> Transfer:
+    return Transfer(record["kind"], record["host_key"], record["shard"],
+                    [(u["url"], pickle.loads(u["state"])) for u in record["urls"]],
+                    want=record["want"], remaining=record["remaining"])
+

@@ -36,8 +36,16 @@ from udfs.config import Config, ConfigError, host_policy_settings
 from udfs.core.addresses import AddressPolicy
 from udfs.core.control import Command, HostCommand, apply_command
 from udfs.core.fingerprints import band_keys, from_signed64, hamming
-from udfs.core.frontier import GAUGES, Acceptance, FrontierConfig, HostFrontier, Kind
+from udfs.core.frontier import (
+    GAUGES,
+    Acceptance,
+    FrontierConfig,
+    HostFrontier,
+    Kind,
+    url_from_saved,
+)
 from udfs.core.recrawl import Dup
+from udfs.core.shards import ShardQueue, Transfer
 from udfs.core.traps import DailyBudget
 from udfs.core.urlfilters import load_filters
 from udfs.core.urls import UrlPolicy, split_host_key
@@ -50,6 +58,8 @@ from udfs.frontier_io import (
     intake,
     lease_record,
     ms,
+    transfer_from_record,
+    transfer_record,
 )
 from udfs.runtime import ROW_KEY_VALUE
 
@@ -63,7 +73,13 @@ TICK = "T"  # HOST_INPUT kind of a crawl-clock tick
 DEAD_LETTERS = OutputTag("dead-letters", ROW_KEY_VALUE)
 DISCOVERED = OutputTag("discovered", ROW_KEY_VALUE)
 REPLIES = OutputTag("control-replies", ROW_KEY_VALUE)
+SHARDS = OutputTag("shards", ROW_KEY_VALUE)  # a hot host's owner ↔ shards (exactly-once)
 INDEX = OutputTag("index", INDEX_INPUT)
+
+
+def transfer_row(reg: Any, t: Transfer) -> Row:
+    """A hot host's move as a shards-topic row, keyed by the key that receives it."""
+    return Row(t.target.encode(), reg.encode("shard_transfer", transfer_record(t), check=False))
 
 
 def _now() -> float:
@@ -181,6 +197,7 @@ class Intake(ProcessFunction):
         self.completions_topic = cfg.topic("completions")
         self.index_topic = cfg.topic("index")
         self.control_topic = cfg.topic("control")
+        self.shards_topic = cfg.topic("shards")
         self.url_policy = UrlPolicy.from_names(cfg["urls.drop_query_params"])
         self.address_policy = AddressPolicy.from_networks(cfg["fetch.allowed_networks"])
         self.filters = load_filters(cfg["urls.filters"])
@@ -208,7 +225,8 @@ class Intake(ProcessFunction):
     def process_element(self, row, ctx):
         topic = row[2]
         schema = {self.discovered_topic: "discovered", self.index_topic: "index_event",
-                  self.control_topic: "host_command"}.get(topic, "completion")
+                  self.control_topic: "host_command",
+                  self.shards_topic: "shard_transfer"}.get(topic, "completion")
         try:
             record = self.reg.decode(schema, bytes(row[1]))
         except AvroDecodeError as exc:
@@ -219,6 +237,10 @@ class Intake(ProcessFunction):
             return
         if schema == "host_command":  # an operator's command, to the host's owner
             yield Row(record["host_key"], "K", pickle.dumps(record))
+            return
+        if schema == "shard_transfer":  # to a hot host's shard, or back to its owner
+            t = transfer_from_record(record)
+            yield Row(t.target, "S", pickle.dumps(t))
             return
         if schema == "index_event":  # the index's duplicate checks, back to the URL's owner
             feedback = duplicate_feedback(record)
@@ -317,6 +339,10 @@ class FrontierFunction(KeyedProcessFunction):
                 self.metrics.robots_aged(now - h.robots.fetched_at)
             yield Row(h.host_key.encode(), self.reg.encode("lease", lease_record(lease),
                                                            check=False))
+        h.maybe_pull(now)
+        moves, h.outbox = h.outbox, []
+        for t in moves:  # a hot host's moves to and from its shards
+            yield SHARDS, transfer_row(self.reg, t)
         self._save(h, before, now)
         wake = h.next_wake(now)
         if wake is None:
@@ -333,6 +359,9 @@ class FrontierFunction(KeyedProcessFunction):
             return
         now = crawl_now(ctx.timer_service().current_watermark())
         payload = pickle.loads(row[2])
+        if row[1] == "S" and payload.kind != "REFILL":  # to one of a hot host's shards
+            yield from self._shard(row[0], payload)
+            return
         if row[1] == "K" and payload["command"] in ("SHOW", "SHOW_URL") and \
                 row[0] not in self.cache and self.host_state.value() is None:
             # A question about a host this crawl does not know: answered, no state made.
@@ -351,6 +380,8 @@ class FrontierFunction(KeyedProcessFunction):
                         payload["new_page"], now)
         elif row[1] == "K":
             yield REPLIES, self._control(h, payload, now)
+        elif row[1] == "S":  # a shard's answer to this owner's pull
+            h.take_refill(payload, now)
         else:
             completion = payload
             result = h.complete(fetch_result(completion), now)
@@ -365,6 +396,17 @@ class FrontierFunction(KeyedProcessFunction):
                     yield DISCOVERED, Row(host_key.encode(),
                                           self.reg.encode("discovered", rec, check=False))
         yield from self._finish(h, before, now, ctx)
+
+    def _shard(self, key: str, t: Transfer):
+        """A shard of a hot host (key host_key#n): keeps the URLs the owner puts, answers
+        its pulls. It never leases, so it has no timers."""
+        q = ShardQueue(t.host_key, t.shard, self.host_state.value(), self.url_state,
+                       self.segments, bucket_s=self.cfg.cold_bucket_s)
+        if t.kind == "PUT":
+            q.put(t.urls, lambda saved: url_from_saved(saved).next_fetch_at)
+        else:  # PULL
+            yield SHARDS, transfer_row(self.reg, q.pull(t.want))
+        self.host_state.update(q.state())
 
     def _control(self, h: HostFrontier, record: dict[str, Any], now: float) -> Row:
         """Apply an operator's command (udfs/core/control.py) and encode the reply."""

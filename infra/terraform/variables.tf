@@ -277,7 +277,7 @@ variable "kafka_storage_size" {
 }
 
 variable "topic_prefix" {
-  description = "Topic names are <topic_prefix>.<stream>; streams: discovered, leases, completions, index, deadletter, control, replies."
+  description = "Topic names are <topic_prefix>.<stream>; streams: discovered, leases, completions, index, deadletter, control, replies, shards."
   type        = string
   default     = "crawl"
 
@@ -301,11 +301,12 @@ variable "topics" {
     deadletter  = { partitions = 4, retention_ms = -1 }
     control     = { partitions = 4, retention_ms = 604800000 }
     replies     = { partitions = 1, retention_ms = 86400000 }
+    shards      = { partitions = 16, retention_ms = 604800000 }
   }
 
   validation {
-    condition     = toset(keys(var.topics)) == toset(["discovered", "leases", "completions", "index", "deadletter", "control", "replies"])
-    error_message = "topics must have exactly the streams discovered, leases, completions, index, deadletter, control and replies."
+    condition     = toset(keys(var.topics)) == toset(["discovered", "leases", "completions", "index", "deadletter", "control", "replies", "shards"])
+    error_message = "topics must have exactly the streams discovered, leases, completions, index, deadletter, control, replies and shards."
   }
   validation {
     condition     = alltrue([for t in values(var.topics) : t.partitions >= 1 && (t.retention_ms == -1 || t.retention_ms >= 3600000)])

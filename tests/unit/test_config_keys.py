@@ -568,6 +568,8 @@ class FrontierJob:
         self.events: list[tuple[float, int, dict]] = []
         self.leases: list[dict] = []
         self.dead: list[dict] = []
+        self.transfers: list[tuple[float, dict]] = []  # (time, ShardTransfer) sent
+        self.lose_transfer: Callable[[dict], bool] = lambda rec: False
         self._seq = 0
         self.ctx = _Ctx(self)
         self.runtime = RuntimeContext(self, parallelism)
@@ -609,12 +611,18 @@ class FrontierJob:
             self._collect(self.fn.process_element(out, self.ctx))
 
     def _collect(self, outputs) -> None:
-        from udfs.frontier_operator import DISCOVERED, INDEX
+        from udfs.frontier_operator import DISCOVERED, INDEX, SHARDS
 
+        moves: list[tuple[bytes, bytes]] = []  # delivered once this element is done
         for out in outputs:
             if isinstance(out, tuple):  # a side output
                 if out[0] == DISCOVERED:  # written to crawl.discovered, read back
                     self._send("discovered", bytes(out[1][0]), bytes(out[1][1]))
+                elif out[0] == SHARDS:  # a hot host's move: read back next, unless lost
+                    rec = self.reg.decode("shard_transfer", bytes(out[1][1]))
+                    self.transfers.append((round(self.now - T0, 3), rec))
+                    if not self.lose_transfer(rec):
+                        moves.append((bytes(out[1][0]), bytes(out[1][1])))
                 elif out[0] == INDEX:
                     event = pickle.loads(out[1][1])
                     if event["url"] in self.duplicates:
@@ -630,6 +638,8 @@ class FrontierJob:
                 heapq.heappush(self.events, (self.now + answer.after_s, self._seq,
                                              completion_record(lease, answer,
                                                                self.now + answer.after_s)))
+        for key, value in moves:
+            self._send("shards", key, value)
 
     def run(self, until_s: float) -> FrontierJob:
         """Completions and timers in time order until T0 + until_s."""
@@ -1028,6 +1038,29 @@ def p_window_after_retry_after(cfg, w):
     job = crawl(cfg, w, [seeds(*paths)], 10, respond)
     first = next(lease for lease in job.leases if lease["kind"] == "PAGE")
     return first["url_id"] in job.keyed("resident", H)
+
+
+def p_sharding(cfg, w):
+    """A host of 40 URLs: (URLs its owner put in shards, shards used, URLs in the first
+    refill, URLs leased in 60 s)."""
+    job = crawl(cfg, w, [seeds(*[f"/{i}" for i in range(40)])], 60)
+    puts = [rec for _, rec in job.transfers if rec["kind"] == "PUT"]
+    refills = [rec for _, rec in job.transfers if rec["kind"] == "REFILL"]
+    return (sum(len(rec["urls"]) for rec in puts), len({rec["shard"] for rec in puts}),
+            len(refills[0]["urls"]) if refills else None, len(job.leased()))
+
+
+def p_pull_after_a_lost_answer(cfg, w):
+    """The first shard answer is lost: seconds from the first pull to the next."""
+    job = FrontierJob(cfg, w, answer_none)
+    lost: list[dict] = []
+    job.lose_transfer = lambda rec: rec["kind"] == "REFILL" and not lost and (
+        lost.append(rec) or True)
+    with job.clock():
+        job.discover([H + f"/{i}" for i in range(20)])
+        job.run(600)
+    pulls = [t for t, rec in job.transfers if rec["kind"] == "PULL"]
+    return round(pulls[1] - pulls[0])
 
 
 def p_live_hosts(cfg, w):
@@ -1735,6 +1768,18 @@ EFFECTS: dict[str, Effect] = {
                                          lambda d, c, ch: (d, c) == (False, True)),
     "frontier.cold_bucket_s": Effect(p_window_after_retry_after, 86400.0,
                                      lambda d, c, ch: (d, c) == (False, True), base=BIG),
+    "frontier.shard_above_urls": Effect(
+        p_sharding, 10, lambda d, c, ch: d == (0, 0, None, 40) and c[0] == 30 and c[3] == 40,
+        "past the threshold, new URLs go to shards; every URL is still leased"),
+    "frontier.host_shards": Effect(
+        p_sharding, 2, lambda d, c, ch: d[1] > 2 and c[1] == 2 and c[3] == 40,
+        base=("frontier.shard_above_urls=10",)),
+    "frontier.shard_refill_urls": Effect(
+        p_sharding, 1, lambda d, c, ch: d[2] > 1 and c[2] == 1 and c[3] == 40,
+        base=("frontier.shard_above_urls=10",)),
+    "frontier.shard_pull_timeout_s": Effect(
+        p_pull_after_a_lost_answer, 30.0, lambda d, c, ch: (d, c) == (120, 30),
+        base=("frontier.shard_above_urls=10",)),
     "frontier.clock_idle_ms": Effect(
         p_clock, 5000,
         lambda d, c, ch: c[1] == {"table.exec.source.idle-timeout": "5000 ms"}),

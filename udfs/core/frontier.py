@@ -69,6 +69,7 @@ from udfs.core.robots import (
     fetch_due,
     parse_robots,
 )
+from udfs.core.shards import LocalShards, Transfer, shard_of
 from udfs.core.traps import DAY_S, DailyBudget, TemplateBudget, TrapPolicy, check_url
 from udfs.core.urls import split_host_key
 
@@ -146,6 +147,13 @@ class FrontierConfig:
     max_lookahead_leases: int = 3
     clock_idle_ms: int = 1000  # the frontier job's crawl clock (see the defaults file)
     clock_topic: str = ""
+    # A hot host's queue, partitioned (udfs/core/shards.py): past shard_above_urls known
+    # URLs, new ones go to host_shards shards; the owner pulls shard_refill_urls at a
+    # time when its own pending URLs fall below that. 0: never.
+    shard_above_urls: int = 1_000_000
+    host_shards: int = 64
+    shard_refill_urls: int = 5000
+    shard_pull_timeout_s: float = 120.0
 
     @classmethod
     def from_config(cls, data: dict[str, Any]) -> FrontierConfig:
@@ -335,6 +343,13 @@ class HostFrontier:
         self.added_fields: frozenset[str] = frozenset()
         # Who hears of each counted event and page lease (the operator's metrics).
         self.observer: FrontierObserver | None = None
+        # A hot host's shards (udfs/core/shards.py): URLs each holds by the owner's
+        # count, the pull out [shard, sent at], and the transfers to send (the caller
+        # empties the outbox after each call; it is never part of the state).
+        self.sharded: dict[int, int] = {}
+        self.pull_out: list[float] | None = None
+        self.unleased = 0  # of this owner's URLs, those never leased (while it has shards)
+        self.outbox: list[Transfer] = []
 
     # -- policy ---------------------------------------------------------------
 
@@ -555,6 +570,13 @@ class HostFrontier:
         value = discovery_priority(priority, depth, is_seed, self.cfg.recrawl)
         u = UrlState(uid, url, priority=value, depth=depth, redirect_hops=redirect_hops,
                      kind=kind, interval_s=hinted_interval(changefreq, value, self.cfg.recrawl))
+        if self.cfg.shard_above_urls and self.known() >= self.cfg.shard_above_urls:
+            u.next_fetch_at = now
+            self._to_shard(u)
+            self._count("urls_admitted")
+            return Admission(True, uid, "sharded")
+        if self.cfg.shard_above_urls:
+            self.unleased += 1
         if self.cold is not None and len(self.urls) >= self.cfg.max_resident_urls:
             self._go_big()
             u.next_fetch_at = now
@@ -568,6 +590,72 @@ class HostFrontier:
             self._resident_added.add(uid)
         self._enqueue(u, now)
         return Admission(True, uid, "new")
+
+    # -- a hot host's shards (udfs/core/shards.py) -------------------------------
+
+    def known(self) -> int:
+        """URLs this owner holds: resident and cold (not those in its shards)."""
+        return len(self.urls) + (len(self.cold) if self.big and self.cold is not None else 0)
+
+    def _to_shard(self, u: UrlState) -> None:
+        n = shard_of(u.url, self.cfg.host_shards)
+        put = next((t for t in self.outbox if t.kind == "PUT" and t.shard == n), None)
+        if put is None:
+            put = Transfer("PUT", self.host_key, n)
+            self.outbox.append(put)
+        put.urls.append((u.url, url_to_saved(u)))
+        self.sharded[n] = self.sharded.get(n, 0) + 1
+        self._count("urls_sharded")
+
+    def maybe_pull(self, now: float) -> None:
+        """Ask a shard for URLs when this owner's backlog runs low: fewer than
+        shard_refill_urls never-leased URLs, or nothing due within a cold bucket (so a
+        miscount can only make it pull early). One pull out at a time."""
+        if not self.sharded:
+            return
+        if self.unleased >= self.cfg.shard_refill_urls:
+            due = self._earliest_due()
+            cold = self.cold.earliest() if self.big and self.cold is not None else None
+            soon = now + self.cfg.cold_bucket_s
+            if (due is not None and due <= soon) or (cold is not None and cold <= soon):
+                return
+        if self.pull_out is not None and now < self.pull_out[1] + self.cfg.shard_pull_timeout_s:
+            return
+        n = max(sorted(self.sharded), key=lambda k: self.sharded[k])
+        self.pull_out = [n, now]
+        self.outbox.append(Transfer("PULL", self.host_key, n, want=self.cfg.shard_refill_urls))
+        self._count("shard_pulls")
+
+    def take_refill(self, t: Transfer, now: float) -> int:
+        """A shard's answer: take its URLs into this owner's queue (a URL this owner
+        knows already is a copy, dropped). Returns how many were taken."""
+        if t.remaining:
+            self.sharded[t.shard] = t.remaining
+        else:
+            self.sharded.pop(t.shard, None)
+        if self.pull_out is not None and int(self.pull_out[0]) == t.shard:
+            self.pull_out = None
+        taken = 0
+        for url, saved in t.urls:
+            uid, have = self.find(url)
+            if have is not None:
+                self._count("urls_known")
+                continue
+            u = url_from_saved(saved)
+            u.url_id = uid
+            if u.version == 0:
+                self.unleased += 1
+            if self.cold is not None and len(self.urls) >= self.cfg.max_resident_urls:
+                self._go_big()
+                self.cold.add(uid, url_to_saved(u), u.next_fetch_at)
+            else:
+                self.urls[uid] = u
+                if self.big:
+                    self._resident_added.add(uid)
+                self._enqueue(u, u.next_fetch_at)
+            self._count("urls_unsharded")
+            taken += 1
+        return taken
 
     # -- leasing --------------------------------------------------------------
 
@@ -719,6 +807,8 @@ class HostFrontier:
                 u.attempt += 1
                 self._count("leases_relet")
             else:
+                if u.version == 0 and self.unleased:
+                    self.unleased -= 1
                 u.version += 1
                 u.attempt = 1
             u.relet = False
@@ -739,6 +829,8 @@ class HostFrontier:
         times = [lease.expires_at for lease in self.in_flight.values()]
         if self.backoff_until > now:  # its end changes the host's state (and its gauges)
             times.append(self.backoff_until)
+        if self.pull_out is not None:  # no answer by then: ask again
+            times.append(self.pull_out[1] + self.cfg.shard_pull_timeout_s)
         if not self.paused and len(self.in_flight) < self._lease_limit():
             want: float | None
             if self.robots_lease is None and self.robots_follow is not None:
@@ -983,6 +1075,8 @@ class HostFrontier:
             "budget": _fields_of(self.budget),
             "templates": {"day": self.templates.day, "counts": dict(self.templates.counts)},
             "lease_seq": self._lease_seq, "rng": self.rng.state, "stats": dict(self.stats),
+            "sharded": dict(self.sharded), "pull_out": self.pull_out,
+            "unleased": self.unleased,
             "big": self.big, "cold_index": None if self.cold is None else {
                 "buckets": {b: list(w) for b, w in self.cold.index.buckets.items()},
                 "count": self.cold.index.count},
@@ -1051,6 +1145,9 @@ class HostFrontier:
         h.rng.state = snap["rng"]
         h.stats = dict(snap.get("stats", {}))
         h.big, h._cold_index = snap.get("big", False), snap.get("cold_index")
+        h.sharded = {int(k): v for k, v in snap["sharded"].items()}
+        h.pull_out = None if snap["pull_out"] is None else list(snap["pull_out"])
+        h.unleased = snap["unleased"]
         h._parsed = parse_robots(h.robots.body) if h.robots.body else None
         h._crawl_delay = crawl_delay_s(h.robots, cfg.robots, h._parsed)
         restored = sorted(((k, url_from_saved(saved), saved) for k, saved in snap["urls"].items()),
@@ -1242,6 +1339,13 @@ class Frontier:
         self._seq = 0
         self._touched: set[str] = set()  # hosts changed since the last snapshot
         self._snap_hosts: dict[str, dict[str, Any]] = {}
+        # Hot hosts' shards, in memory (the job's shards topic, delivered at once).
+        self.shards = LocalShards(cfg.cold_bucket_s)
+
+    def _exchange(self, h: HostFrontier, now: float) -> None:
+        h.maybe_pull(now)
+        if h.outbox:
+            self.shards.deliver(h, now)
 
     def host(self, host_key: str) -> HostFrontier:
         h = self.hosts.get(host_key)
@@ -1273,6 +1377,7 @@ class Frontier:
     def discover(self, url: str, now: float, **kw: Any) -> Admission:
         h = self.host(split_host_key(url)[0])
         result = h.discover(url, now, checked=True, **kw)
+        self._exchange(h, now)
         self._touched.add(h.host_key)
         if result.accepted or kw.get("lastmod") is not None:  # (a sitemap can make it due)
             self._reschedule(h, now, earlier_only=True)
@@ -1288,6 +1393,7 @@ class Frontier:
                 continue
             h = self.hosts[key]
             lease = h.poll(now, self.budget)
+            self._exchange(h, now)
             self._reschedule(h, now)
             if lease is not None:
                 granted += 1
@@ -1296,6 +1402,7 @@ class Frontier:
     def complete(self, r: FetchResult, host_key: str, now: float) -> CompletionResult:
         h = self.hosts[host_key]
         out = h.complete(r, now)
+        self._exchange(h, now)
         self._reschedule(h, now)
         return out
 

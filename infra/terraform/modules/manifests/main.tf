@@ -1,5 +1,5 @@
 locals {
-  streams = ["discovered", "leases", "completions", "index", "deadletter", "control", "replies"]
+  streams = ["discovered", "leases", "completions", "index", "deadletter", "control", "replies", "shards"]
 
   # The job files, relative to app_dir: the same files `python -m jobs.<name>` runs locally.
   job_files = {

@@ -1,0 +1,151 @@
+"""A hot host's queue partitioned over shards (udfs/core/shards.py): the owner keeps the
+tokens and a bounded queue, the shards the backlog; driven on a virtual clock, with
+the owner saved and rebuilt from keyed state as the job does."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import replace
+
+import pytest
+
+from tests.unit.test_coldqueue import Stores, answer
+from udfs.core.coldqueue import DictKeyValue
+from udfs.core.frontier import Frontier, FrontierConfig, HostFrontier, Kind, url_from_saved
+from udfs.core.shards import (
+    LocalShards,
+    ShardQueue,
+    Transfer,
+    shard_key,
+    shard_of,
+    split_shard_key,
+)
+
+pytestmark = pytest.mark.unit
+
+H = "http://hot.test"
+
+
+def cfg(**kw) -> FrontierConfig:
+    base = FrontierConfig(max_resident_urls=100, cold_bucket_s=600.0, lease_timeout_s=60.0,
+                          shard_above_urls=150, host_shards=8, shard_refill_urls=40)
+    return replace(replace(base, host=replace(base.host, min_gap_s=0.01, max_in_flight=4,
+                                              duration_factor=0.0)), **kw)
+
+
+def test_keys_and_placement_are_stable():
+    assert shard_key(H, 3) == "http://hot.test#3"
+    assert split_shard_key("http://hot.test#3") == (H, 3)
+    assert split_shard_key(H) is None and split_shard_key("http://h.test:8080") is None
+    placed = Counter(shard_of(f"{H}/p/{i}", 8) for i in range(8000))
+    assert set(placed) == set(range(8)) and max(placed.values()) < 1.15 * 1000
+    assert shard_of(f"{H}/p/1", 8) == shard_of(f"{H}/p/1", 8)
+
+
+def test_a_shard_keeps_each_url_once_and_gives_the_earliest_first():
+    from udfs.core.frontier import UrlState, url_to_saved
+
+    urls, segments = DictKeyValue(), DictKeyValue()
+    q = ShardQueue(H, 0, None, urls, segments, bucket_s=10.0)
+    items = [(f"{H}/{i}", url_to_saved(UrlState(f"id{i}", f"{H}/{i}", next_fetch_at=100.0 - i)))
+             for i in range(30)]
+    due = lambda s: url_from_saved(s).next_fetch_at  # noqa: E731
+    assert q.put(items, due) == 30 and q.put(items[:5], due) == 0 and q.duplicates == 5
+    first = q.pull(10)
+    assert first.kind == "REFILL" and first.target == H and first.remaining == 20
+    # Due times 71..100 sit in buckets of 10 s: the earliest buckets come first.
+    assert max(url_from_saved(s).next_fetch_at for _, s in first.urls) < 90.0
+    # Rebuilt from its keyed state, it holds the rest, and forgets what it gave.
+    q2 = ShardQueue(H, 0, q.state(), urls, segments, bucket_s=10.0)
+    rest = q2.pull(100)
+    assert rest.remaining == 0 and len(rest.urls) == 20 and len(urls) == 0
+    assert {u for u, _ in first.urls} | {u for u, _ in rest.urls} == {u for u, _ in items}
+
+
+def drive(c: FrontierConfig, n_urls: int, *, rebuild_every: int = 0, rediscover: bool = False):
+    """Discover n_urls on one host, then lease and answer until every URL was fetched;
+    shards answer at once. Returns (page leases, the largest backlog the owner held (its
+    URLs not fetched yet), owner, shards)."""
+    stores, shards = Stores(), LocalShards(c.cold_bucket_s)
+    h = stores.load(c)
+    now = 0.0
+    for i in range(n_urls):
+        h.discover(f"{H}/p/{i}", now)
+    shards.deliver(h, now)
+    stores.save(h)
+    leases, largest, steps = [], 0, 0
+    while len(leases) < n_urls and steps < 100_000:
+        steps += 1
+        lease = h.poll(now)
+        if lease is not None:
+            h.complete(answer(lease), now)
+            if lease.kind is Kind.PAGE:
+                leases.append(lease)
+                if rediscover:  # every fetched page links to a URL of the backlog
+                    h.discover(f"{H}/p/{(len(leases) * 7) % n_urls}", now)
+        h.maybe_pull(now)
+        shards.deliver(h, now)
+        largest = max(largest, h.known() - len(leases))  # its backlog (unfetched URLs)
+        assert h.check_invariants() == []
+        stores.save(h)
+        if rebuild_every and steps % rebuild_every == 0:
+            h = stores.load(c)
+        if lease is None:
+            wake = h.next_wake(now)
+            now = now + 0.01 if wake is None else max(now + 0.001, wake)
+    return leases, largest, h, shards
+
+
+def test_every_url_of_a_hot_host_is_leased_once_and_the_owner_stays_bounded():
+    c = cfg()
+    leases, largest, h, shards = drive(c, 2000, rebuild_every=37)
+    assert sorted(lease.url for lease in leases) == sorted(f"{H}/p/{i}" for i in range(2000))
+    assert all(lease.url_version == 1 for lease in leases)
+    assert shards.total() == 0 and h.sharded == {} and h.pull_out is None
+    # Fetched URLs stay with their owner (for their revisits); of the backlog, the owner
+    # never held more than its threshold and a refill.
+    assert h.stats["urls_sharded"] == 2000 - 150
+    assert h.stats["urls_unsharded"] == 2000 - 150
+    assert largest <= 150 + 40
+
+
+def test_a_url_rediscovered_during_its_refill_is_never_leased_twice():
+    leases, _, h, _ = drive(cfg(), 600, rediscover=True)
+    assert Counter(lease.url for lease in leases).most_common(1)[0][1] == 1
+    assert len(leases) == 600
+
+
+def test_the_owner_pulls_again_after_a_lost_answer_and_restores_its_shard_counts():
+    c = cfg(shard_pull_timeout_s=30.0)
+    h = HostFrontier(H, c)
+    for i in range(300):
+        h.discover(f"{H}/p/{i}", 0.0)
+    puts = [t for t in h.outbox if t.kind == "PUT"]
+    assert sum(len(t.urls) for t in puts) == 150 and sum(h.sharded.values()) == 150
+    h.outbox.clear()  # sent
+    h.urls.clear()  # as if its own queue were spent
+    h.maybe_pull(10.0)
+    (pull,) = h.outbox
+    assert pull.kind == "PULL" and pull.want == 40 and pull.target == shard_key(H, pull.shard)
+    h.outbox.clear()
+    h.maybe_pull(20.0)
+    assert h.outbox == []  # one pull out at a time
+    assert h.next_wake(20.0) == 40.0  # woken when the answer is overdue
+    snap = HostFrontier.restore(h.snapshot(), c)
+    assert snap.sharded == h.sharded and snap.pull_out == [pull.shard, 10.0]
+    snap.maybe_pull(41.0)
+    assert [t.kind for t in snap.outbox] == ["PULL"]
+    # An answer that says the shard is empty clears its count.
+    snap.take_refill(Transfer("REFILL", H, pull.shard, [], remaining=0), 42.0)
+    assert pull.shard not in snap.sharded and snap.pull_out is None
+
+
+def test_below_the_threshold_nothing_moves_and_the_many_host_driver_carries_moves():
+    h = HostFrontier(H, FrontierConfig())
+    for i in range(500):
+        h.discover(f"{H}/p/{i}", 0.0)
+    assert h.outbox == [] and h.known() == 500
+    f = Frontier(cfg())
+    for i in range(400):
+        f.discover(f"{H}/p/{i}", 0.0)
+    assert f.hosts[H].known() == 150 and f.shards.total() == 250
