@@ -324,10 +324,13 @@ class IndexEntry:
     rec_type: str = "response"
 
     def line(self) -> str:
+        # As pywb's indexer (cdxj-indexer) writes it: a record without a payload digest
+        # (a 304's revisit) has no "digest" field.
         data = {"url": self.url, "mime": self.mime,
                 "status": str(self.status) if self.status is not None else "-",
-                "digest": self.digest or "-", "length": str(self.length),
-                "offset": str(self.offset), "filename": self.filename}
+                **({"digest": self.digest} if self.digest else {}),
+                "length": str(self.length), "offset": str(self.offset),
+                "filename": self.filename}
         return f"{surt(self.url)} {timestamp14(self.date_ms)} {json.dumps(data)}"
 
 

@@ -533,3 +533,41 @@ def test_recovery_runs_beside_the_writes(tmp_path):
     w.close()
     assert [f.indexed for f in warc_tool.list_files(store, "warc/")] == [1, 1]
     assert warc_tool.verify(store, "warc/").problems == []
+
+
+# -- our index against pywb's indexer ----------------------------------------------------------
+
+
+def pywb_index(path: Path) -> list[tuple[str, str, dict]]:
+    """The CDXJ lines webrecorder's indexer (cdxj-indexer, pywb's `cdx-indexer`) writes for
+    one file, sorted, parsed."""
+    import io
+
+    pytest.importorskip("cdxj_indexer", reason="cdxj-indexer is installed by `./dev setup` "
+                        "(pyproject's dev extra)")
+    from cdxj_indexer.main import write_cdx_index
+
+    out = io.StringIO()
+    write_cdx_index(out, [str(path)], {"sort": True})
+    return parse_cdxj(out.getvalue().encode())
+
+
+def test_our_cdxj_equals_pywbs_indexer_on_the_same_file(tmp_path):
+    store, w = writer(tmp_path)
+    w.write(one(url="http://www.b.test:8080/Path?z=1&a=2", lease="L-1"))
+    w.write(one(url="http://a.test/z", lease="L-2", payload=b"other"))
+    w.write(one(url="http://a.test/copy", lease="L-3"))  # identical payload: revisit
+    w.write(one(url="http://a.test/nm", lease="L-4", status=304, reason="Not Modified",
+                payload=b""))
+    w.write(one(url="http://a.test/e", lease="L-5", status=404, reason="Not Found",
+                payload=b"", truncated="unspecified"))
+    w.write(Fetch("http://a.test/gz", "L-6", 1, 1, T + 1000, exchange(
+        payload=gzip.compress(PAGE), headers=[("Content-Type", "text/html"),
+                                              ("Content-Encoding", "gzip")]), depth=1))
+    key = w.publish()
+    ours = parse_cdxj(store.get_object(index_name(key)))
+    theirs = pywb_index(store.root / key)
+    assert len(ours) == 6
+    fields = [(k, ts, d["offset"], d["length"], d["filename"]) for k, ts, d in ours]
+    assert fields == [(k, ts, d["offset"], d["length"], d["filename"]) for k, ts, d in theirs]
+    assert ours == theirs  # every field of every line, digests, mimes and statuses included
