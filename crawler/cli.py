@@ -36,6 +36,7 @@ examples:
   crawl seed --sitemap https://example.com/sitemap.xml
   crawl audit https://example.com/ --days 7   what happened to this URL
   crawl warc get https://example.com/         the newest WARC record of this URL
+  crawl reparse --dry-run --set fetch.max_links=10000   what a reparse would send
   crawl schemas                  schema compatibility and the published-version lock
   crawl cluster up               a Flink session cluster on loopback
   crawl submit frontier          run a job on it; then savepoint / upgrade / rescale it
@@ -362,6 +363,51 @@ def _cmd_warc(args: argparse.Namespace) -> int:
     print(f"{verdict.files} files, {verdict.records} records, {verdict.index_lines} index "
           f"lines in {where}: {'OK' if not verdict.problems else 'PROBLEMS'}")
     return 0 if not verdict.problems else 1
+
+
+def _check_reparse(args: argparse.Namespace) -> str | None:
+    for flag, value in (("--since", args.since), ("--until", args.until)):
+        if value is not None and (not value.isdigit() or not 4 <= len(value) <= 14
+                                  or len(value) % 2):
+            return f"{flag} {value!r}: give a UTC time as YYYY[MM[DD[hh[mm[ss]]]]]"
+    if args.since and args.until and args.since.ljust(14, "0") > args.until.ljust(14, "9"):
+        return f"--since {args.since} is after --until {args.until}"
+    bad = next((f for f in args.file if "/" in f or not f.endswith(".warc.gz")), None)
+    if bad is not None:
+        return f"--file {bad!r}: give a WARC file's name as `crawl warc ls` shows it, " \
+            "without its folder (NAME.warc.gz)"
+    return None
+
+
+def _cmd_reparse(args: argparse.Namespace) -> int:
+    """Parse the crawl's stored pages again; their links to the discovered topic."""
+    from crawler.reparse import kafka_sender, reparse
+    from crawler.runs import RunNotFound, crawl_config
+    from udfs.storage import open_store
+
+    try:
+        cfg, _run = crawl_config(args.config, args.set, args.run)
+    except RunNotFound as exc:
+        print(f"crawl reparse: {exc}", file=sys.stderr)
+        return 2
+    store = open_store(cfg)
+    send, close = (None, None) if args.dry_run else kafka_sender(cfg)
+    try:
+        report = reparse(cfg, store, send, since=args.since, until=args.until,
+                         files=args.file)
+        if close is not None:
+            close()
+    except FileNotFoundError as exc:
+        print(f"crawl reparse: {exc}", file=sys.stderr)
+        return 1
+    except Exception as exc:  # storage or Kafka unreachable: one line
+        print(f"crawl reparse: {_one_line(str(exc))}", file=sys.stderr)
+        return 1
+    if args.dry_run or args.list:
+        for url, links, cut in report.pages:
+            print(f"{url}  {links} links{' (cut at fetch.max_links)' if cut else ''}")
+    print(report.summary(args.dry_run, cfg.topic("discovered")))
+    return 0
 
 
 def _check_url_show(args: argparse.Namespace) -> str | None:
@@ -876,6 +922,31 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="ls: print JSON")
     p.add_argument("--run", metavar="ID", help=run_help)
     p.set_defaults(func=_cmd_warc, check=_check_warc)
+
+    p = command("reparse", help="parse a crawl's stored pages again; new links to the "
+                "frontier", description="Reads the crawl's published WARC files (warc.* "
+                "settings, the store of storage.backend; with --run, that crawl's "
+                "settings) and never a site: each page's newest 200 response record (or "
+                "identical-payload revisit) of an HTML type is parsed again with the "
+                "configured settings (fetch.max_links, urls.drop_query_params), and its "
+                "links are sent to the discovered topic as the fetcher sends them (source "
+                "LINK, depth from the record's Crawl-Depth + 1). The frontier keeps each "
+                "URL once: links it knows change nothing, new ones are crawled. No "
+                "completion is sent, so no index event is made again (README, `crawl "
+                "reparse`). Prints what it read, parsed and sent; exit 1 if the store or "
+                "Kafka cannot be reached.")
+    p.add_argument("--run", metavar="ID", help=run_help)
+    p.add_argument("--dry-run", action="store_true",
+                   help="read and parse, send nothing; list each page and its links count")
+    p.add_argument("--since", metavar="TIME",
+                   help="only records fetched at or after this UTC time, YYYY[MM[DD[hh[mm[ss]]]]]")
+    p.add_argument("--until", metavar="TIME",
+                   help="only records fetched at or before this UTC time (the whole of it)")
+    p.add_argument("--file", action="append", default=[], metavar="NAME",
+                   help="only this WARC file (its name as `crawl warc ls` shows it; "
+                   "repeatable)")
+    p.add_argument("--list", action="store_true", help="list each page and its links count")
+    p.set_defaults(func=_cmd_reparse, check=_check_reparse)
 
     p = command("status", help="one screen for a running crawl: jobs, checkpoints, rates, "
                 "lag", description="Finds the running crawl (a `crawl run`, by --run or the "

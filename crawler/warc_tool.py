@@ -155,7 +155,7 @@ def verify(store: Any, prefix: str) -> Verdict:
             if rec is None:
                 v.problems.append(f"{name}: index line for {data.get('url')}: no record "
                                   f"at offset {offset}")
-            elif rec[1] != data.get("url") or (rec[2] or "-") != data.get("digest"):
+            elif rec[1] != data.get("url") or (rec[2] or "-") != data.get("digest", "-"):
                 v.problems.append(f"{name}: index line for {data.get('url')} at offset "
                                   f"{offset}: the record there is {rec[0]} {rec[1]} {rec[2]}")
         for offset, rec in records.items():

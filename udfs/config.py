@@ -220,6 +220,7 @@ _RULES: dict[str, Callable[[Any], str | None]] = {
     "fetch.max_body_bytes": _between(1024, 1 << 31),
     "fetch.max_decompressed_bytes": _between(1024, 1 << 32),
     "fetch.max_robots_bytes": _between(512 * 1024, 1 << 26),
+    "fetch.max_links": _between(0, 1_000_000),
     "fetch.max_sitemap_bytes": _between(1 << 20, 50 * 1024 * 1024,
                                         "the sitemaps.org limit is 50 MB uncompressed"),
     "fetch.dns_servers": _dns_servers,

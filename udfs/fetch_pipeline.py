@@ -90,15 +90,16 @@ async def process_lease(lease: dict[str, Any], ctx: FetchContext
                        lease.get("etag"), lease.get("last_modified"),
                        keep_exchange=ctx.warc is not None)
     now_ms = ctx.clock_ms()
+    where = None  # the WARC record's location (udfs.warc.Location)
     if ctx.warc is not None and resp.exchange is not None:
         # Every answer with a status is kept, on the writer's thread (gzip and disk off
         # this loop); the completion leaves only once its records are in the file.
         from udfs.warc import Fetch
 
         record = Fetch(url, lease["lease_id"], lease["url_version"], lease["attempt"],
-                       now_ms, resp.exchange)
+                       now_ms, resp.exchange, depth=lease.get("depth"))
         resp.exchange = None  # the payload is not held twice
-        await asyncio.wrap_future(ctx.warc.submit(ctx.warc.write, record))
+        where = await asyncio.wrap_future(ctx.warc.submit(ctx.warc.write, record))
     h = resp.headers
     completion: dict[str, Any] = {
         "lease_id": lease["lease_id"], "url_id": lease["url_id"],
@@ -114,6 +115,10 @@ async def process_lease(lease: dict[str, Any], ctx: FetchContext
         "object_key": None, "text_sha256": None, "simhash": None, "canonical_url": None,
         "noindex": False, "nofollow": False, "links_count": 0, "body": None,
         "error": resp.error,
+        # Where its response (or revisit) record is: one ranged read (completion v3).
+        "warc_filename": where.key if where else None,
+        "warc_offset": where.offset if where else None,
+        "warc_length": where.length if where else None,
     }
     discovered: list[dict[str, Any]] = []
     if resp.outcome is not Outcome.OK:

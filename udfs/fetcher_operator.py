@@ -93,6 +93,7 @@ class FetchFunction(AsyncFunction):
         self.reg = registry()
         self.limits = FetchLimits.from_config(cfg["fetch"])
         self.user_agent = cfg["robots.user_agent"]
+        self.max_links = cfg["fetch.max_links"]
         self.store = open_store(cfg)
         self.cache = DnsCache(AddressPolicy.from_networks(cfg["fetch.allowed_networks"]),
                               self.limits,
@@ -375,7 +376,8 @@ class FetchFunction(AsyncFunction):
                 replace(self.limits, total_timeout_s=max(0.1, remaining - 1.0))
             ctx = FetchContext(await self._session(), self.store, limits, self.user_agent,
                                faults=self.faults, url_policy=self.url_policy,
-                               stats=self.pages, warc=self.warc)
+                               stats=self.pages, warc=self.warc,
+                               max_links=self.max_links)
             completion, discovered = await process_lease(lease, ctx)
             if self.faults is not None:
                 self.faults.after_response(lease["url"])
@@ -388,10 +390,9 @@ class FetchFunction(AsyncFunction):
                     turn.notify_all()
         host = lease["host_key"]
         self._count(completion)
-        # Written as completion v1 (v2 only adds NOT_SENT): a frontier of the build before
-        # still reads it while the fetcher is upgraded first.
-        out = [Row("C", host.encode(), self.reg.encode("completion", completion, check=False,
-                                                       version=1))]
+        # Written as completion v3 (the WARC record's location): the frontier is upgraded
+        # first (README, "Upgrading across completion v3").
+        out = [Row("C", host.encode(), self.reg.encode("completion", completion, check=False))]
         if self.faults is not None and self.faults.drops_completion(lease["url"]):
             out = []
         out += [Row("D", d["host_key"].encode(), self.reg.encode("discovered", d, check=False))

@@ -4,6 +4,11 @@ A body is stored gzip-compressed under the SHA-256 of its (decompressed) bytes,
 so byte-identical pages share one object and writing the same content twice
 is harmless. Backends: a local directory (the default) and S3 (boto3).
 
+These `raw/` objects are the working copy of the bodies (readable at once, decoded,
+shared by identical pages); the WARC files (udfs/warc_writer.py) are the source of
+truth for a crawl's raw bytes. README, "Every fetch kept as WARC", says why both and
+what the copy costs.
+
 Both backends also store plain objects by name (`put_object`, `get_object`,
 `list_objects`): the fetch audit trail (udfs/core/audit.py) lives beside the bodies.
 A put replaces the object whole or not at all.

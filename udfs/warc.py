@@ -61,6 +61,8 @@ PROFILE_NOT_MODIFIED = "http://netpreserve.org/warc/1.1/revisit/server-not-modif
 # Namespace of the record ids (a fixed random UUID: ids are ours, not someone else's).
 ID_NAMESPACE = uuid.UUID("6f1c2a52-8d5e-4a53-9b1e-2f4f0c6d9a17")
 SOFTWARE = "flink-crawler (warcio)"
+# A named field of ours on response and revisit records: the fetch's depth from a seed.
+DEPTH_FIELD = "Crawl-Depth"
 
 
 def sha256_b32(data: bytes | None = None, hex_digest: str | None = None) -> str:
@@ -116,6 +118,18 @@ class Fetch:
     fetched_at_ms: int
     exchange: Exchange
     body_sha256: str | None = None  # hex, of the decoded body the crawler stored
+    depth: int | None = None  # the lease's depth from a seed (written as Crawl-Depth)
+
+
+@dataclass(frozen=True)
+class Location:
+    """Where one record is: the object key of its WARC file (warc.prefix + the file's
+    name, the CDXJ's `filename`), and its gzip member's offset and length in that file:
+    one ranged read of [offset, offset + length) is the whole record."""
+
+    key: str
+    offset: int
+    length: int
 
 
 @dataclass
@@ -173,12 +187,15 @@ def build_records(f: Fetch, refers_to: tuple[str, str, str] | None = None
     common = {"WARC-Date": date}
     if ex.ip:
         common["WARC-IP-Address"] = ex.ip
+    # Our own named field (WARC/1.1 section 5: readers ignore fields they do not know):
+    # the fetch's depth from a seed, for `crawl reparse`'s discovered URLs.
+    extra = {DEPTH_FIELD: str(f.depth)} if f.depth is not None else {}
     http = StatusAndHeaders(f"{ex.status} {ex.reason}".strip(), _response_headers(ex),
                             protocol=ex.version)
     mime = (_header(ex.response_headers, "Content-Type") or "").split(";")[0].strip().lower()
     payload_digest = sha256_b32(ex.payload)
     if ex.status == 304 or refers_to is not None:
-        headers = {"WARC-Record-ID": resp_id, **common}
+        headers = {"WARC-Record-ID": resp_id, **common, **extra}
         if ex.status == 304:
             headers["WARC-Profile"] = PROFILE_NOT_MODIFIED
             headers["WARC-Refers-To-Target-URI"] = f.url
@@ -198,7 +215,7 @@ def build_records(f: Fetch, refers_to: tuple[str, str, str] | None = None
         main = Record("revisit", resp_id, _gzip_member(rec), f.url, f.fetched_at_ms,
                       ex.status, "warc/revisit", digest)
     else:
-        headers = {"WARC-Record-ID": resp_id, **common,
+        headers = {"WARC-Record-ID": resp_id, **common, **extra,
                    "WARC-Payload-Digest": payload_digest,
                    "WARC-Block-Digest": _block_digest(http, ex.payload)}
         if ex.truncated:
@@ -307,10 +324,13 @@ class IndexEntry:
     rec_type: str = "response"
 
     def line(self) -> str:
+        # As pywb's indexer (cdxj-indexer) writes it: a record without a payload digest
+        # (a 304's revisit) has no "digest" field.
         data = {"url": self.url, "mime": self.mime,
                 "status": str(self.status) if self.status is not None else "-",
-                "digest": self.digest or "-", "length": str(self.length),
-                "offset": str(self.offset), "filename": self.filename}
+                **({"digest": self.digest} if self.digest else {}),
+                "length": str(self.length), "offset": str(self.offset),
+                "filename": self.filename}
         return f"{surt(self.url)} {timestamp14(self.date_ms)} {json.dumps(data)}"
 
 

@@ -64,6 +64,7 @@ from udfs.warc import (
     Dedup,
     Fetch,
     IndexEntry,
+    Location,
     RollPolicy,
     build_records,
     cdxj,
@@ -227,9 +228,13 @@ class WarcWriter:
         self._size += len(rec.data)
         return offset
 
-    def write(self, fetch: Fetch) -> list[str]:
+    def write(self, fetch: Fetch) -> Location:
         """Write one fetch's records (opening a file if none is open); roll if due.
-        Returns the record ids written."""
+        Returns where its response (or revisit) record is: the key its file is (or will
+        be) published under, the record's offset and length there. The location stays
+        true when the file is recovered after a crash (`recover` publishes the file
+        under the same key, cut only after its last whole record, and this record is
+        whole in the file once this returns)."""
         started = time.perf_counter()
         ex = fetch.exchange
         digest_ref = None
@@ -240,8 +245,11 @@ class WarcWriter:
         records = build_records(fetch, digest_ref)
         if self._fh is None:
             self._open()
+        where = None
         for rec in records:
             offset = self._append(rec)
+            if where is None:  # the first: the response or revisit
+                where = Location(f"{self.prefix}{self._name}", offset, len(rec.data))
             if rec.rec_type in ("response", "revisit"):
                 self._entries.append(IndexEntry(rec.url, rec.date_ms, rec.mime, rec.status,
                                                 rec.digest, len(rec.data), offset,
@@ -257,7 +265,7 @@ class WarcWriter:
         self.stats.records += len(records)
         self.stats.write_us += int((time.perf_counter() - started) * 1_000_000)
         self.roll_if_due()
-        return [r.record_id for r in records]
+        return where
 
     def roll_if_due(self) -> str | None:
         """Close the open file if it is due and have it put in the background; its key.

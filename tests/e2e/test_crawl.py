@@ -18,6 +18,8 @@ from crawler.synthetic_web import SSRF_ADDRESS, SyntheticWeb, build_sites
 from udfs.config import TOPIC_KEYS, load_config
 from udfs.core.recrawl import updated_dup_share
 from udfs.storage import LocalStore
+from udfs.warc import read_record, sha256_b32
+from udfs.warc_writer import recovering_writer
 
 MIN_GAP_S = 0.2
 DUP_PAGES = ("/dup/a", "/dup/b", "/near/a", "/near/b")
@@ -200,6 +202,15 @@ def test_crawl_of_the_synthetic_web(cfg, fresh_topics, tmp_path):
         host = "/".join(hk)
         if path == "/" or path.startswith(("/p/", "/dup/", "/near/a", "/near/b")):
             assert store.get_body(e["object_key"]) == web.body_for(sites[host], path), url
+    # Every index event names its WARC record: one ranged read of the published file is
+    # that record, its payload digest the stored body's (the fetcher's last open file is
+    # published by recovery first, as `crawl run` does when it stops the jobs).
+    recovering_writer(run_cfg, store).recover()
+    for e in events:
+        member = store.get_range(e["warc_filename"], e["warc_offset"], e["warc_length"])
+        h = read_record(member)[0].rec_headers
+        assert h.get_header("WARC-Target-URI") == e["url"], e
+        assert h.get_header("WARC-Payload-Digest") == sha256_b32(hex_digest=e["body_sha256"])
     for hk, s in sites.items():
         if "dups" in s.features:
             keys = {latest[hk + p]["object_key"] for p in ("/dup/a", "/dup/b", "/near/a")}

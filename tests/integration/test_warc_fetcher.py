@@ -87,6 +87,8 @@ def test_every_fetch_has_its_warc_records_and_the_files_verify(cfg, fresh_topics
             assert data["digest"] == sha256_b32(hex_digest=c["body_sha256"])
         if c["kind"] == "ROBOTS":
             assert payload == c["body"]
+        assert (c["warc_filename"], c["warc_offset"], c["warc_length"]) == (
+            f.key, int(data["offset"]), int(data["length"]))
         assert main(["warc", "get", c["url"], *flags]) == 0
         out = capsys.readouterr().out
         assert "WARC-Type: response" in out and c["url"] in out
@@ -157,4 +159,12 @@ def test_a_killed_fetchers_unpublished_file_is_published_by_the_next_one(
     for c in got:
         f, _ts, data = warc_tool.newest(store, "warc/", c["url"])
         _rec, payload = read_record(warc_tool.read_entry(store, f, data))
+        assert payload == store.get_body(c["object_key"])
+        # The location its completion announced before the kill is true of the file the
+        # next task recovered: the same key, offset and length as its index line.
+        assert (c["warc_filename"], c["warc_offset"], c["warc_length"]) == (
+            f.key, int(data["offset"]), int(data["length"]))
+        rec, payload = read_record(store.get_range(c["warc_filename"], c["warc_offset"],
+                                                   c["warc_length"]))
+        assert rec.rec_headers.get_header("WARC-Target-URI") == c["url"]
         assert payload == store.get_body(c["object_key"])

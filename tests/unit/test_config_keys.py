@@ -1193,6 +1193,13 @@ def fetch_outcome(path: str, kind: str = "PAGE", host: str = "127.0.0.1",
     return probe
 
 
+def fetch_outcome_links(path: str):
+    def probe(cfg, w):
+        return list(fetch_once(cfg, w, w.url(path)).links)
+    probe.__doc__ = f"the links the fetcher sends to crawl.discovered for {path}"
+    return probe
+
+
 def p_total_timeout(cfg, w):
     """A page sent in 6 pieces 0.08 s apart; and the fetcher's bound on one lease (s)."""
     job = FetcherJob(cfg, w)
@@ -1859,6 +1866,11 @@ EFFECTS: dict[str, Effect] = {
     "fetch.max_body_bytes": Effect(fetch_outcome("/bytes/20000"), 4096,
                                    lambda d, c, ch: (d[0], c[0]) == ("OK", "TOO_LARGE"),
                                    base=tuple(LOOPBACK_NETS)),
+    "fetch.max_links": Effect(
+        fetch_outcome_links("/page"), 1,
+        lambda d, c, ch: len(d) == 2 and c == d[:1],
+        "only the first links of a page (in page order) go to crawl.discovered",
+        base=tuple(LOOPBACK_NETS)),
     "fetch.max_decompressed_bytes": Effect(fetch_outcome("/gzip/20000"), 4096,
                                            lambda d, c, ch: (d[0], c[0]) == ("OK", "TOO_LARGE"),
                                            base=tuple(LOOPBACK_NETS)),

@@ -185,6 +185,30 @@ def test_cdxj_lists_responses_and_revisits_sorted(tmp_path):
 # -- the writer ---------------------------------------------------------------------------
 
 
+def test_write_returns_where_the_response_or_revisit_record_is(tmp_path):
+    store, w = writer(tmp_path)
+    first = w.write(Fetch("http://a.test/1", "L-1", 3, 1, T, exchange(), depth=4))
+    copy = w.write(one(url="http://a.test/copy", lease="L-2"))  # a revisit of L-1's payload
+    gone = w.write(one(url="http://a.test/304", lease="L-3", status=304,
+                       reason="Not Modified", payload=b""))
+    key = w.publish()
+    assert {first.key, copy.key, gone.key} == {key}
+    assert first.offset > 0 and first.offset + first.length < copy.offset  # request between
+    lines = {d["url"]: d for _, _, d in parse_cdxj(store.get_object(index_name(key)))}
+    for loc, url, kind in [(first, "http://a.test/1", "response"),
+                           (copy, "http://a.test/copy", "revisit"),
+                           (gone, "http://a.test/304", "revisit")]:
+        assert (int(lines[url]["offset"]), int(lines[url]["length"])) == \
+            (loc.offset, loc.length)
+        assert key.endswith("/" + lines[url]["filename"])
+        h, _http, _payload = parsed(store.get_range(loc.key, loc.offset, loc.length))
+        assert (h.get_header("WARC-Type"), h.get_header("WARC-Target-URI")) == (kind, url)
+    h, _http, payload = parsed(store.get_range(first.key, first.offset, first.length))
+    assert h.get_header("Crawl-Depth") == "4" and payload == PAGE
+    assert parsed(store.get_range(copy.key, copy.offset, copy.length))[0].get_header(
+        "Crawl-Depth") is None  # a fetch without a depth (not from a lease)
+
+
 def test_a_file_is_in_the_store_only_once_published_and_whole(tmp_path):
     store, w = writer(tmp_path)
     w.write(one())
@@ -413,8 +437,9 @@ sys.path.insert(0, {root!r})
 from tests.unit.test_warc import one, writer
 from pathlib import Path
 store, w = writer(Path({tmp!r}), store_id="crawl-A")
-w.write(one(url="http://a.test/1", lease="L-1"))
-w.write(one(url="http://a.test/2", lease="L-2", payload=b"two"))
+for loc in (w.write(one(url="http://a.test/1", lease="L-1")),
+            w.write(one(url="http://a.test/2", lease="L-2", payload=b"two"))):
+    print(loc.key, loc.offset, loc.length, flush=True)  # what their completions announce
 w._fh.write(b"\\x1f\\x8b\\x08\\x00half a record")  # dies mid-record
 w._fh.flush()
 os.kill(os.getpid(), signal.SIGKILL)
@@ -427,8 +452,10 @@ def test_a_killed_writers_file_is_recovered_whole_records_only_and_once(tmp_path
 
     root = str(Path(__file__).resolve().parents[2])
     proc = subprocess.run([sys.executable, "-c", KILLED_WRITER.format(root=root,
-                                                                       tmp=str(tmp_path))])
-    assert proc.returncode == -9
+                                                                       tmp=str(tmp_path))],
+                          capture_output=True, text=True)
+    assert proc.returncode == -9, proc.stderr
+    announced = [(k, int(o), int(n)) for k, o, n in map(str.split, proc.stdout.splitlines())]
     left = list((tmp_path / "tmp").glob(".tmp-*.warc.gz"))
     assert len(left) == 1
     store = LocalStore(tmp_path / "store")
@@ -446,6 +473,14 @@ def test_a_killed_writers_file_is_recovered_whole_records_only_and_once(tmp_path
         ["http://a.test/1", "http://a.test/2"]
     assert list((tmp_path / "tmp").iterdir()) == []
     assert w.recover() == []  # once
+    # The locations the dead writer announced (in its completions) are true of the
+    # published file: one ranged read each is that fetch's whole response record.
+    assert [k for k, _, _ in announced] == keys * 2
+    for (key, offset, length), url in zip(announced, ["http://a.test/1", "http://a.test/2"],
+                                          strict=True):
+        h, _http, _payload = parsed(store.get_range(key, offset, length))
+        assert h.get_header("WARC-Type") == "response"
+        assert h.get_header("WARC-Target-URI") == url
 
 
 def test_crawl_warc_recover_publishes_what_a_stopped_fetcher_left(tmp_path, capsys):
@@ -498,3 +533,40 @@ def test_recovery_runs_beside_the_writes(tmp_path):
     w.close()
     assert [f.indexed for f in warc_tool.list_files(store, "warc/")] == [1, 1]
     assert warc_tool.verify(store, "warc/").problems == []
+
+
+# -- our index against pywb's indexer ----------------------------------------------------------
+
+
+def pywb_index(path: Path) -> list[tuple[str, str, dict]]:
+    """The CDXJ lines webrecorder's indexer (cdxj-indexer, pywb's `cdx-indexer`) writes for
+    one file, sorted, parsed."""
+    import io
+
+    # (cdxj-indexer: pyproject's dev extra, installed by `./dev setup`)
+    from cdxj_indexer.main import write_cdx_index
+
+    out = io.StringIO()
+    write_cdx_index(out, [str(path)], {"sort": True})
+    return parse_cdxj(out.getvalue().encode())
+
+
+def test_our_cdxj_equals_pywbs_indexer_on_the_same_file(tmp_path):
+    store, w = writer(tmp_path)
+    w.write(one(url="http://www.b.test:8080/Path?z=1&a=2", lease="L-1"))
+    w.write(one(url="http://a.test/z", lease="L-2", payload=b"other"))
+    w.write(one(url="http://a.test/copy", lease="L-3"))  # identical payload: revisit
+    w.write(one(url="http://a.test/nm", lease="L-4", status=304, reason="Not Modified",
+                payload=b""))
+    w.write(one(url="http://a.test/e", lease="L-5", status=404, reason="Not Found",
+                payload=b"", truncated="unspecified"))
+    w.write(Fetch("http://a.test/gz", "L-6", 1, 1, T + 1000, exchange(
+        payload=gzip.compress(PAGE), headers=[("Content-Type", "text/html"),
+                                              ("Content-Encoding", "gzip")]), depth=1))
+    key = w.publish()
+    ours = parse_cdxj(store.get_object(index_name(key)))
+    theirs = pywb_index(store.root / key)
+    assert len(ours) == 6
+    fields = [(k, ts, d["offset"], d["length"], d["filename"]) for k, ts, d in ours]
+    assert fields == [(k, ts, d["offset"], d["length"], d["filename"]) for k, ts, d in theirs]
+    assert ours == theirs  # every field of every line, digests, mimes and statuses included
