@@ -28,7 +28,8 @@ def test_a_hot_hosts_backlog_goes_through_its_shards(cfg, fresh_topics, tmp_path
                  f"topics.completions.name={comps}", f"topics.index.name={index}",
                  f"topics.deadletter.name={dlq}", f"topics.shards.name={shards}",
                  "flink.checkpoint_interval_ms=1000", "flink.restart_strategy=none",
-                 "politeness.min_gap_s=0.02", "frontier.shard_above_urls=20",
+                 "politeness.min_gap_s=0.02", "politeness.duration_factor=0",
+                 "frontier.shard_above_urls=20",
                  "frontier.host_shards=4", "frontier.shard_refill_urls=10",
                  f"metrics.frontier_port={port}"]
     job = JobProcess("frontier", overrides, tmp_path / "frontier.log")
@@ -68,7 +69,12 @@ def test_a_hot_hosts_backlog_goes_through_its_shards(cfg, fresh_topics, tmp_path
         moves = KafkaConsumer(shards, bootstrap_servers=cfg["kafka.bootstrap_servers"],
                               auto_offset_reset="earliest", isolation_level="read_committed",
                               consumer_timeout_ms=2000)
-        records = [(m.key.decode(), REG.decode("shard_transfer", m.value)) for m in moves]
+        raw = list(moves)
+        records = [(m.key.decode(), REG.decode("shard_transfer", m.value)) for m in raw]
+        t0 = raw[0].timestamp
+        print("shard moves (s after the first, kind, shard, URLs):", [
+            (round((m.timestamp - t0) / 1000, 1), r["kind"], r["shard"], len(r["urls"]))
+            for m, (_, r) in zip(raw, records, strict=True)])
         puts = [(k, r) for k, r in records if r["kind"] == "PUT"]
         refills = [(k, r) for k, r in records if r["kind"] == "REFILL"]
         assert sum(len(r["urls"]) for _, r in puts) == URLS - 20
