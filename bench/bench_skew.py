@@ -16,11 +16,14 @@ group holds ~10^5 of them). Per subtask it reports URLs held (keyed state) and
 lease-rate demand: each host asks for n / (URLs / fetches per day) leases a second,
 capped by its politeness ceiling (1 request per --gap seconds).
 
-"After" models the partitioned queue of SPEC section 10 — a host past --shard-urls
-keeps its URLs in ceil(n / shard_urls) shard keys (host#q0, host#q1, ...) that Flink
-spreads like any key, while the tokens, and so the lease demand, stay with the host's
-one owner. The model is this benchmark's; the jobs do not partition a host's queue
-yet (see the README, "Scaling out").
+"After" is the partitioned queue of SPEC section 10 as the frontier job builds it
+(udfs/core/shards.py): a host past frontier.shard_above_urls keeps that many URLs at
+its owner (key host_key) and spreads the rest by URL hash over frontier.host_shards
+shard keys (host_key#0, host_key#1, ...), which Flink places like any key; the
+tokens, and so the lease demand, stay with the owner. Both figures default to the
+defaults file's (--shard-above, --host-shards override them). The owner also keeps
+the URLs it has fetched, for their revisits; politeness bounds them (at most one a
+gap, 86,400 a day at 1 s), and the model leaves them out.
 
     python bench/bench_skew.py              # ~1 min
     python bench/bench_skew.py --beta 1.8
@@ -38,7 +41,9 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench._results import record  # noqa: E402
+from udfs.config import load_config  # noqa: E402
 from udfs.core.partitioning import host_key_group, operator_index_for_key_group  # noqa: E402
+from udfs.core.shards import shard_key  # noqa: E402
 
 PARALLELISMS = (32, 128, 512, 1024)
 
@@ -107,14 +112,18 @@ def main() -> None:
     ap.add_argument("--max-parallelism", type=int, default=4096)
     ap.add_argument("--exact-from", type=float, default=1000,
                     help="hosts with at least this many URLs are drawn one by one")
-    ap.add_argument("--shard-urls", type=float, default=1e6,
-                    help="after: a host's queue is split into shards of this many URLs")
+    defaults = load_config(env={})
+    ap.add_argument("--shard-above", type=float, default=defaults["frontier.shard_above_urls"],
+                    help="after: URLs a host's owner keeps before it uses its shards")
+    ap.add_argument("--host-shards", type=int, default=defaults["frontier.host_shards"],
+                    help="after: shards of a hot host")
     ap.add_argument("--seed", type=int, default=1)
     args = ap.parse_args()
     for name, value, low in [("--urls", args.urls, 1), ("--hosts", args.hosts, 1),
                              ("--n-max", args.n_max, 2), ("--gap", args.gap, 0.01),
                              ("--exact-from", args.exact_from, 2),
-                             ("--shard-urls", args.shard_urls, 1),
+                             ("--shard-above", args.shard_above, 1),
+                             ("--host-shards", args.host_shards, 1),
                              ("--fetches-per-day", args.fetches_per_day, 1)]:
         if not value >= low:
             ap.error(f"{name} must be at least {low}, got {value}")
@@ -153,14 +162,15 @@ def main() -> None:
     urls_before = small_urls + big_urls
     demand = small_urls * rate_per_url + big_demand
 
-    # After: hosts past shard_urls keep their URLs in shard keys; demand stays put.
-    sharded = sizes > args.shard_urls
+    # After: the owner of a host past shard_above keeps that many URLs; the rest are
+    # spread by URL hash over its shard keys (even shares); demand stays put.
+    sharded = sizes > args.shard_above
     shard_keys, shard_sizes = [], []
+    k = args.host_shards
     for i in np.flatnonzero(sharded):
-        k = math.ceil(sizes[i] / args.shard_urls)
-        shard_keys += [f"{names[i]}#q{j}" for j in range(k)]
-        shard_sizes += [sizes[i] / k] * k
-    unsharded = np.where(sharded, 0.0, sizes)
+        shard_keys += [shard_key(names[i], j) for j in range(k)]
+        shard_sizes += [(sizes[i] - args.shard_above) / k] * k
+    unsharded = np.where(sharded, args.shard_above, sizes)
     urls_after = small_urls + per_key_group(groups, unsharded, max_p) + \
         per_key_group(key_groups(shard_keys, max_p), np.array(shard_sizes), max_p)
 
@@ -172,9 +182,9 @@ def main() -> None:
          + f" URLs; {n_big:,} hosts of {t:,.0f}+ URLs drawn one by one"),
         ("demand", f"{args.fetches_per_day / 86400:,.0f} leases/s wanted, "
                    f"{float(demand.sum()):,.0f}/s under the politeness cap (a host at most "
-                   f"{ceiling:g}/s); max parallelism {max_p:,}; after: hosts past "
-                   f"{args.shard_urls:,.0f} URLs split into {len(shard_keys):,} shards "
-                   f"({int(sharded.sum()):,} hosts)"),
+                   f"{ceiling:g}/s); max parallelism {max_p:,}; after: {int(sharded.sum()):,} "
+                   f"hosts past {args.shard_above:,.0f} URLs, the rest of each over "
+                   f"{k} shards ({len(shard_keys):,} shard keys)"),
     ]
     for p in PARALLELISMS:
         index = subtask_of_group(max_p, p)
@@ -196,8 +206,10 @@ def main() -> None:
            "key's hashCode, key group ranges per subtask). The lease demand is what the "
            "hosts ask for, capped by politeness; a hot host's demand stays with its one "
            "owner after partitioning (tokens from one owner), so only the URL (state) "
-           "skew changes. 'After' is this benchmark's model of the partitioned queue, "
-           "not built in the jobs yet.")
+           "skew changes. 'After' places URLs as the frontier job's hot-host shards do "
+           "(udfs/core/shards.py: frontier.shard_above_urls at the owner, the rest over "
+           "frontier.host_shards shard keys); fetched URLs kept by the owner for their "
+           "revisits are left out.")
 
 
 if __name__ == "__main__":

@@ -34,6 +34,7 @@ topics = {
   deadletter  = { partitions = 4, retention_ms = -1 }
   control     = { partitions = 4, retention_ms = 604800000 }
   replies     = { partitions = 1, retention_ms = 86400000 }
+  shards      = { partitions = 16, retention_ms = 604800000 }
 }
 
 crawl_settings = {
