@@ -133,7 +133,8 @@ def render_host(d: dict[str, Any]) -> str:
                   f"{_age(max(0.0, x['not_before_in_s']))})" for x in d["in_flight"]),
         f"  URLs: {u['resident']} in memory ("
         + ", ".join(f"{k.lower()} {v}" for k, v in u["by_status"].items())
-        + f"), {u['due']} due now, {u['cold']} in the cold queue",
+        + f"), {u['due']} due now, {u['cold']} in the cold queue"
+        + (f", {u['sharded']} in {u['shards']} shard(s)" if u.get("sharded") else ""),
         f"  budget left today: {d['budget_left_today']}; duplicate share {d['dup_share']}",
         "  last outcomes: " + (", ".join(
             f"{x['outcome']}{'' if x['http_status'] is None else ' ' + str(x['http_status'])}"

@@ -149,3 +149,15 @@ def test_below_the_threshold_nothing_moves_and_the_many_host_driver_carries_move
     for i in range(400):
         f.discover(f"{H}/p/{i}", 0.0)
     assert f.hosts[H].known() == 150 and f.shards.total() == 250
+
+
+def test_host_show_counts_the_urls_in_shards():
+    from crawler.control import render_host
+    from udfs.core.control import describe_host
+
+    h = HostFrontier(H, cfg())
+    for i in range(200):
+        h.discover(f"{H}/p/{i}", 0.0)
+    d = describe_host(h, 0.0)
+    assert d["urls"]["sharded"] == 50 and d["urls"]["shards"] == len(h.sharded) > 1
+    assert f"50 in {len(h.sharded)} shard(s)" in render_host(d)

@@ -126,7 +126,10 @@ def describe_host(h: HostFrontier, now: float) -> dict[str, Any]:
                       for lease in sorted(h.in_flight.values(),
                                           key=lambda x: (x.not_before, x.lease_id))],
         "urls": {"resident": len(h.urls), "by_status": by_status, "due": due,
-                 "cold": len(h.cold) if h.big and h.cold is not None else 0},
+                 "cold": len(h.cold) if h.big and h.cold is not None else 0,
+                 # a hot host's shards (udfs/core/shards.py): URLs each holds, as the
+                 # owner counts them (its puts, less what their answers returned)
+                 "sharded": sum(h.sharded.values()), "shards": len(h.sharded)},
         "budget_left_today": h.budget.remaining(now, h.policy.daily_budget),
         "dup_share": round(h.dup_share, 3),
         "recent": [{"at_in_s": _in(at, now), "kind": kind, "outcome": outcome,
