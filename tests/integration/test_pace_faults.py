@@ -88,7 +88,11 @@ def test_duplicated_records_and_restores_from_older_checkpoints_keep_politeness(
     overrides = [f"topics.{k}.name={n}" for k, n in topic.items()]
     overrides += synthetic_overrides(web, tmp_path, MIN_GAP_S) + [
         "flink.restart_strategy=none", "frontier.lease_timeout_s=20",
-        "fetch.total_timeout_s=10", "frontier.retry_base_s=2", "flink.checkpoints_retained=3"]
+        "fetch.total_timeout_s=10", "frontier.retry_base_s=2", "flink.checkpoints_retained=3",
+        # Every host is a "hot" one here: past 10 URLs its queue goes through its shards
+        # (udfs/core/shards.py), so the restores below also cut moves in flight.
+        "frontier.shard_above_urls=10", "frontier.host_shards=3",
+        "frontier.shard_refill_urls=8"]
     ck = {n: tmp_path / f"checkpoints-{n}" for n in ("frontier", "fetcher")}
     jobs = {n: JobProcess(n, [*overrides, f"flink.checkpoint_dir={ck[n]}"],
                           tmp_path / f"{n}.log") for n in ("frontier", "fetcher")}
@@ -142,7 +146,16 @@ def test_duplicated_records_and_restores_from_older_checkpoints_keep_politeness(
     ids = [e["event_id"] for e in watcher.events]
     assert len(ids) == len(set(ids)), "an (url_id, url_version) was indexed twice"
     assert duplicator.copies > 100
+    moves = KafkaConsumer(topic["shards"], bootstrap_servers=cfg["kafka.bootstrap_servers"],
+                          auto_offset_reset="earliest", isolation_level="read_committed",
+                          consumer_timeout_ms=2000)
+    from udfs.avro import registry
+
+    kinds = [registry().decode("shard_transfer", m.value)["kind"] for m in moves]
+    moves.close()
+    assert kinds.count("PUT") > 0 and kinds.count("REFILL") > 0, kinds
     not_sent = watcher.progress.outcomes.get("NOT_SENT", 0)
     print(f"pace faults: {len(ids)} index events, {len(web.log)} requests, "
           f"{duplicator.copies} duplicated records, restored from {older.name}, "
-          f"outcomes {watcher.progress.outcomes} (NOT_SENT {not_sent})")
+          f"outcomes {watcher.progress.outcomes} (NOT_SENT {not_sent}), shard moves "
+          f"{dict((k, kinds.count(k)) for k in ('PUT', 'PULL', 'REFILL'))}")
