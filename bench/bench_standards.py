@@ -1,4 +1,5 @@
-"""Web-standards layer throughput: normalize_url, is_allowed, sitemap parsing.
+"""Web-standards layer throughput: normalize_url, is_allowed, sitemap parsing, and
+parse_html (the parser's pages per second on one core: `crawl plan`'s parser figure).
 
     python bench/bench_standards.py
 
@@ -19,6 +20,7 @@ from lxml import etree
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench._results import record, timed  # noqa: E402
+from udfs.core.parse import parse_html  # noqa: E402
 from udfs.core.robots import parse_robots  # noqa: E402
 from udfs.core.sitemaps import parse_sitemap  # noqa: E402
 from udfs.core.urls import normalize_url  # noqa: E402
@@ -134,9 +136,44 @@ def bench_sitemaps() -> list[tuple[str, str]]:
             ("ratio ours / naive", f"{ours_rate / naive_rate:.2f}")]
 
 
+def html_page(target_bytes: int, seed: int = 3) -> bytes:
+    """A page of about target_bytes: head, nav, paragraphs of words, a link every ~400
+    bytes (half on its own site, half elsewhere), in nested divs, as a CMS writes them."""
+    r = random.Random(seed)
+    words = [("".join(r.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(r.randint(2, 9))))
+             for _ in range(2000)]
+    parts = ['<!doctype html><html><head><meta charset="utf-8"><title>A page</title>'
+             '<link rel="canonical" href="https://site.example/a/page"></head><body>'
+             '<nav><ul>' + "".join(f'<li><a href="/s/{i}">{words[i]}</a></li>'
+                                   for i in range(20)) + '</ul></nav><main>']
+    size, n = sum(map(len, parts)), 0
+    while size < target_bytes:
+        n += 1
+        text = " ".join(r.choice(words) for _ in range(50))
+        host = "site.example" if n % 2 else f"other{n % 37}.example"
+        chunk = (f'<div class="c"><div class="p"><p>{text} <a href="https://{host}/p/{n}'
+                 f'?ref={n % 5}">{r.choice(words)}</a>.</p></div></div>')
+        parts.append(chunk)
+        size += len(chunk)
+    parts.append("</main></body></html>")
+    return "".join(parts).encode()
+
+
+def bench_parse() -> list[tuple[str, str]]:
+    rows = []
+    for size in (20_000, 200_000):
+        body = html_page(size)
+        links = len(parse_html(body, "https://site.example/a/page").links)
+        calls, secs = timed(lambda b=body: parse_html(b, "https://site.example/a/page"),
+                            min_seconds=2, max_rounds=2000)
+        rows.append((f"parse_html, {len(body) // 1000} KB page ({links} links kept)",
+                     f"{calls / secs:,.1f} pages/s ({secs / calls * 1000:.2f} ms per page)"))
+    return rows
+
+
 def main() -> None:
-    rows = bench_urls() + bench_robots() + bench_sitemaps()
-    record("standards", "Web-standards layer (udfs/core: urls, robots, sitemaps)", rows,
+    rows = bench_urls() + bench_robots() + bench_sitemaps() + bench_parse()
+    record("standards", "Web-standards layer (udfs/core: urls, robots, sitemaps, parse)", rows,
            notes="Single core, pure Python over ada-url (C++) and lxml (C). robotparser is "
                  "timed on the first 500 paths only (it scans every rule per check).")
 

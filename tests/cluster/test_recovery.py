@@ -47,6 +47,9 @@ from crawler.synthetic_web import SyntheticWeb, build_sites
 from udfs.config import TOPIC_KEYS, load_config
 from udfs.core.partitioning import host_subtask
 from udfs.faults import injected
+from udfs.storage import open_store
+from udfs.warc import read_record, sha256_b32
+from udfs.warc_writer import recovering_writer
 
 MIN_GAP_S = 0.2
 LEASE_TIMEOUT_S = 20
@@ -256,6 +259,23 @@ def test_crawl_survives_kill_9_upgrade_rescale_and_fetcher_faults(cfg, fresh_top
     # Nothing of the cluster outlives `down`: not even the Python workers of the
     # TaskManagers killed above.
     assert cluster.processes() == [], f"left running after down: {cluster.processes()}"
+    # Every index event names its WARC record, across the kill -9s and the upgrade: a
+    # killed fetcher's open file was published by the next fetcher task on this machine,
+    # cut after its last whole record (the files open at `down`, by the recovery here, as
+    # `crawl run` does when it stops); one ranged read of it is the page's record.
+    store = open_store(run_cfg)
+    recovering_writer(run_cfg, store).recover()
+    warc_bad = []
+    for e in watcher.events:
+        try:
+            member = store.get_range(e["warc_filename"], e["warc_offset"], e["warc_length"])
+            h = read_record(member)[0].rec_headers
+            ok = h.get_header("WARC-Target-URI") == e["url"] and h.get_header(
+                "WARC-Payload-Digest") == sha256_b32(hex_digest=e["body_sha256"])
+        except Exception as exc:  # a missing file or a cut record: reported below
+            ok = f"{type(exc).__name__}: {exc}"
+        if ok is not True:
+            warc_bad.append((e["url"], e["warc_filename"], ok))
 
     # Which subtask owns each host that leased after the rescale, by Flink's key-group
     # arithmetic (udfs/core/partitioning.py, checked against Flink's own classes).
@@ -321,11 +341,13 @@ def test_crawl_survives_kill_9_upgrade_rescale_and_fetcher_faults(cfg, fresh_top
           f"{len(while_paused)} (resumed after {controls['resumed'] - controls['paused']:.0f}"
           f" s); the slowed host's smallest gap after its command "
           f"{min(slowed_gaps, default=None)} s over {len(slowed_gaps)} gaps; "
-          + "; ".join(disruptions))
+          f"WARC records read back {len(watcher.events) - len(warc_bad)} of "
+          f"{len(watcher.events)}; " + "; ".join(disruptions))
     assert expected <= watcher.progress.urls
     assert while_paused == [], f"the paused host was fetched: {while_paused}"
     assert len(slowed_gaps) >= 3 and min(slowed_gaps) >= SLOW_GAP_S, slowed_gaps
     assert duplicates == 0, "an (url_id, url_version) was indexed twice"
+    assert warc_bad == [], f"index events whose WARC record does not read back: {warc_bad[:5]}"
     assert violations == dict.fromkeys(violations, 0), violations
     assert out_of_order == {}, "a host's lease counter went back between restores: two owners"
     assert pending and stuck == set(), f"hosts that never leased after the restore: {stuck}"
