@@ -222,6 +222,12 @@ _RULES: dict[str, Callable[[Any], str | None]] = {
     "faults.crash_after_response": _regex,
     "faults.drop_completion": _regex,
     "faults.parse_delay_s": _between(0, 60),
+    "parse.workers": _between(1, 64),
+    "parse.cpu_limit_s": _between(0.1, 600),
+    "parse.memory_limit_mb": _between(128, 65536),
+    "parse.max_bytes": _between(1024, 1 << 30),
+    "parse.max_links": _between(1, 1_000_000),
+    "parse.max_waiting": _between(1, 100_000),
     "audit.flush_records": _between(1, 1_000_000),
     # A buffer waits at most this long in state before it is written.
     "audit.flush_s": _between(0.1, 86400),
