@@ -21,7 +21,8 @@ Limits (udfs.core.parse.ParseLimits, the `parse` configuration section):
 * `max_waiting`: pages waiting for (or in) a parser; the fetcher takes no new lease
   while `full()`.
 
-Nothing here fails the task: every page gets a ParseResult.
+Nothing here fails the task: every page gets a ParseResult. A parser is SIGKILLed
+when its task's process dies (PR_SET_PDEATHSIG), even in the middle of a parse.
 """
 
 from __future__ import annotations
@@ -90,7 +91,8 @@ class _Parser:
         # The task's import path (PyFlink's worker adds the job's files to sys.path).
         env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "udfs.parse_stage", str(limits.memory_limit_mb)],
+            [sys.executable, "-m", "udfs.parse_stage", str(limits.memory_limit_mb),
+             str(os.getpid())],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, close_fds=True)
         self.fd = self.proc.stdout.fileno()
         self.buf = bytearray()
@@ -264,11 +266,26 @@ class ParseStage:
         self.executor.shutdown(wait=False, cancel_futures=True)
 
 
-def _child(memory_mb: int) -> None:
+def _die_with_parent(parent: int) -> None:
+    """Linux: SIGKILL this process when the thread that started it ends (a task killed
+    with -9 leaves no parser behind, even one inside a long parse)."""
+    import ctypes
+    import signal
+
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):  # not Linux: the parser still ends at EOF
+        return
+    if os.getppid() != parent:  # the parent ended before prctl took effect
+        os._exit(0)
+
+
+def _child(memory_mb: int, parent: int) -> None:
     """A parser process: pages in on stdin, ParsedPages out on stdout, until EOF."""
     import resource
     import signal
 
+    _die_with_parent(parent)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the task stops it, not a Ctrl-C
     limit = memory_mb * 1024 * 1024
     resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
@@ -323,4 +340,4 @@ def _child(memory_mb: int) -> None:
 
 
 if __name__ == "__main__":
-    _child(int(sys.argv[1]))
+    _child(int(sys.argv[1]), int(sys.argv[2]))

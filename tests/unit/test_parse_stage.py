@@ -136,3 +136,55 @@ def test_the_event_loop_runs_on_while_pages_parse_and_full_bounds_the_wait(stage
     assert full_seen and not stage.full()
     assert first.limit is LimitKind.TIMEOUT and second.page is not None
     assert ticks >= took / 0.01 * 0.5  # the loop was never held by the parse
+
+
+HOLDER = """
+import asyncio, sys, time
+from udfs.core.parse import ParseLimits
+from udfs.parse_stage import ParseStage
+from tests.unit.test_parse_stage import SLOW_PAGE
+
+async def main():
+    stage = ParseStage(ParseLimits(workers=1, cpu_limit_s=120), "FlinkCrawler")
+    task = asyncio.ensure_future(stage.parse(SLOW_PAGE * 4, "http://slow.test/", []))
+    while not stage._live:
+        await asyncio.sleep(0.01)
+    (parser,) = stage._live
+    await asyncio.sleep(0.3)
+    print(parser.proc.pid, flush=True)
+    await task
+
+asyncio.run(main())
+"""
+
+
+def test_a_parser_dies_with_its_task_even_inside_a_long_parse(tmp_path):
+    import subprocess
+    import sys
+
+    holder = subprocess.Popen([sys.executable, "-c", HOLDER], stdout=subprocess.PIPE,
+                              env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    try:
+        parser_pid = int(holder.stdout.readline())
+        os.kill(parser_pid, 0)  # alive, parsing
+        holder.kill()  # the task's process dies at once (kill -9)
+        holder.wait(10)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            try:
+                os.kill(parser_pid, 0)
+            except ProcessLookupError:
+                break
+            try:  # reaped by init; a zombie no longer has a stat line with state Z
+                with open(f"/proc/{parser_pid}/stat") as f:
+                    if f.read().rsplit(")", 1)[1].split()[0] == "Z":
+                        break
+            except OSError:
+                break
+            time.sleep(0.05)
+        else:
+            os.kill(parser_pid, signal.SIGKILL)
+            raise AssertionError("the parser outlived its task")
+    finally:
+        if holder.poll() is None:
+            holder.kill()
