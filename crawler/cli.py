@@ -36,7 +36,7 @@ examples:
   crawl seed --sitemap https://example.com/sitemap.xml
   crawl audit https://example.com/ --days 7   what happened to this URL
   crawl warc get https://example.com/         the newest WARC record of this URL
-  crawl reparse --dry-run --set fetch.max_links=10000   what a reparse would send
+  crawl reparse --dry-run --set parse.max_links=10000   what a reparse would send
   crawl schemas                  schema compatibility and the published-version lock
   crawl cluster up               a Flink session cluster on loopback
   crawl submit frontier          run a job on it; then savepoint / upgrade / rescale it
@@ -405,7 +405,7 @@ def _cmd_reparse(args: argparse.Namespace) -> int:
         return 1
     if args.dry_run or args.list:
         for url, links, cut in report.pages:
-            print(f"{url}  {links} links{' (cut at fetch.max_links)' if cut else ''}")
+            print(f"{url}  {links} links{' (cut at parse.max_links)' if cut else ''}")
     print(report.summary(args.dry_run, cfg.topic("discovered")))
     return 0
 
@@ -928,7 +928,7 @@ def build_parser() -> argparse.ArgumentParser:
                 "settings, the store of storage.backend; with --run, that crawl's "
                 "settings) and never a site: each page's newest 200 response record (or "
                 "identical-payload revisit) of an HTML type is parsed again with the "
-                "configured settings (fetch.max_links, urls.drop_query_params), and its "
+                "configured settings (parse.max_links, urls.drop_query_params), and its "
                 "links are sent to the discovered topic as the fetcher sends them (source "
                 "LINK, depth from the record's Crawl-Depth + 1). The frontier keeps each "
                 "URL once: links it knows change nothing, new ones are crawled. No "

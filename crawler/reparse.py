@@ -3,7 +3,7 @@ frontier, without contacting any site (udfs/core/reparse.py has the rules).
 
 Reads the published WARC files under `warc.prefix` in the crawl's store (one ranged
 read per record, through their CDXJ indexes), parses each selected page with the
-configured parser settings (`fetch.max_links`, `urls.drop_query_params`,
+configured parser settings (`parse.max_links`, `urls.drop_query_params`,
 `robots.user_agent`) and sends DiscoveredUrls records to crawl.discovered (at least
 once, like the fetcher's). `--dry-run` reads and parses, and sends nothing.
 """
@@ -28,7 +28,7 @@ def parse_page(body: bytes, url: str, headers: list[tuple[str, str]], cfg: Any,
     """The one call of the parser here (the fetcher's settings): swap in the parse
     stage's bounded pool here once it exists."""
     return parse_html(body, url, headers=headers, user_agent=cfg["robots.user_agent"],
-                      max_links=cfg["fetch.max_links"], url_policy=policy)
+                      max_links=cfg["parse.max_links"], url_policy=policy)
 
 
 @dataclass

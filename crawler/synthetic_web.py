@@ -8,7 +8,8 @@ sites: robots.txt with rules, 404, 500 until it recovers, a redirect, a huge
 file, and Crawl-delay; sitemaps (plain and gzip, with an index); 429 with
 Retry-After; redirects and a redirect loop; a calendar trap and session-id
 links; ETag / Last-Modified with 304; identical and near-duplicate pages; a
-slow page, a huge page and a gzip bomb.
+slow page, a huge page and a gzip bomb. Opt-in (`build_sites(hostile=N)`): hostile
+sites, whose pages attack the parser (HOSTILE_PAGES).
 
 Every request is logged with monotonic start and end times; `violations()`
 judges the log with the politeness oracle.
@@ -63,11 +64,13 @@ class Site:
 
 
 def build_sites(count: int, seed: int = 1, pages: tuple[int, int] = (5, 30),
-                boilerplate: int = 0) -> list[Site]:
+                boilerplate: int = 0, hostile: int = 0) -> list[Site]:
     """`count` sites with 'pages' pages each (a random count in that range); site 0 also
     links to evil.test, a name that resolves to a non-allowed address (SSRF bait).
     `boilerplate`: that many more sites, duplicate-heavy: four in five of their pages
-    serve the same bytes (a catalogue page linking every page of the site)."""
+    serve the same bytes (a catalogue page linking every page of the site).
+    `hostile`: that many more sites (after those) whose home page links to the
+    HOSTILE_PAGES, besides ordinary pages."""
     rng = random.Random(seed)
     all_features = ["calendar", "session", "redirects", "loop", "dups", "etag", "slow",
                     "huge", "bomb", "http_date"]
@@ -87,7 +90,43 @@ def build_sites(count: int, seed: int = 1, pages: tuple[int, int] = (5, 30),
         sites.append(Site(f"site{i}.test", pages=rng.randint(*pages), robots="rules",
                           throttle_every=0, retry_after_s=2,
                           features=frozenset({"boilerplate"})))
+    start = count + boilerplate
+    for i in range(start, start + hostile):
+        sites.append(Site(f"site{i}.test", pages=rng.randint(*pages), robots="missing",
+                          throttle_every=0, retry_after_s=2,
+                          features=frozenset({"hostile"})))
     return sites
+
+
+def _nested_divs() -> bytes:
+    return b"<html><body>" + b"<div>" * 100_000 + b"deep" + b"</div>" * 100_000 + \
+        b"</body></html>"
+
+
+def _attribute_page() -> bytes:
+    # 92,000 attributes on one element, each value with an entity: 13 s of CPU in lxml's
+    # HTML parser (parse_html) on this machine, quiet.
+    attrs = b" ".join(b'data-a%d="%s&amp;%d"' % (i, b"v" * 30, i) for i in range(92_000))
+    return b"<html><body><div " + attrs + b">attributes</div></body></html>"
+
+
+def _slow_text_page() -> bytes:
+    # 250 elements deep, then 200,000 text nodes: lxml builds the tree at once, but the
+    # text extraction's ancestor test (no script/style/...) walks the depth for every
+    # node: 3.3 s of CPU in parse_html on this machine, quiet.
+    return b"<html><body>" + b"<div>" * 250 + b"<b>w</b>" * 200_000 + b"</body></html>"
+
+
+# Pages of a hostile site that attack the parser, by path: deeply nested tags (100,000
+# <div>; libxml2 stops at its depth limit, so this one parses at once), a 5 MB page of
+# attributes on one element, a page that makes lxml's text extraction slow.
+HOSTILE_PAGES = {"/hostile/nested": _nested_divs, "/hostile/attrs": _attribute_page,
+                 "/hostile/slow": _slow_text_page}
+
+
+@lru_cache(maxsize=len(HOSTILE_PAGES))
+def hostile_body(path: str) -> bytes:
+    return HOSTILE_PAGES[path]()
 
 
 def is_boilerplate(site: Site, path: str) -> bool:
@@ -123,6 +162,8 @@ def _page_links(site: Site, i: int, sites: list[Site], port: int) -> list[str]:
     for extra in ("slow", "huge", "bomb"):
         if extra in site.features and i == 1:
             links.append(f"/{extra}")
+    if "hostile" in site.features and i == 0:
+        links += list(HOSTILE_PAGES)
     return links
 
 
@@ -268,6 +309,8 @@ class SyntheticWeb:
             return web.Response(body=_html("Slow", _text("slow"), ["/"]), content_type="text/html")
         if path == "/huge" and "huge" in site.features:
             return await self._huge(request)
+        if path in HOSTILE_PAGES and "hostile" in site.features:
+            return web.Response(body=hostile_body(path), content_type="text/html")
         if path == "/bomb" and "bomb" in site.features:
             return web.Response(body=_gzip_bomb(), headers={"Content-Encoding": "gzip",
                                                             "Content-Type": "text/html"})
@@ -391,8 +434,11 @@ def main() -> None:
     ap.add_argument("--sites", type=int, default=20)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--log", help="append every request as a JSON line to this file")
+    ap.add_argument("--hostile", type=int, default=0,
+                    help="this many more sites whose pages attack the parser")
     args = ap.parse_args()
-    server = SyntheticWeb(build_sites(args.sites, args.seed), port=args.port, log_path=args.log)
+    server = SyntheticWeb(build_sites(args.sites, args.seed, hostile=args.hostile),
+                          port=args.port, log_path=args.log)
     server.start()
     print(f"synthetic web: {args.sites} sites on 127.0.0.1:{server.port}", flush=True)
     try:

@@ -6,8 +6,9 @@
     faults.drop_completion       regex: the completion of a matching URL is never
                                  written (as if lost); its lease expires and is re-let
     faults.parse_delay_s         every page's parse stalls this long (a stuck parser:
-                                 it blocks the fetcher's event loop, as CPU-bound
-                                 parsing does)
+                                 the parser process sleeps, holding its place in the
+                                 parse stage, udfs/parse_stage.py; without a stage,
+                                 the caller's event loop is blocked)
     faults.marker_dir            each crash and drop happens once per URL: a file
                                  here remembers it across restarts of the task
 
@@ -78,7 +79,7 @@ class FaultInjector:
 
     def stall_parse(self) -> None:
         if self.parse_delay_s > 0:
-            time.sleep(self.parse_delay_s)  # blocks the event loop, as a stuck parse does
+            time.sleep(self.parse_delay_s)  # blocks the caller, as a stuck parse does
 
 
 def injected(marker_dir: str | Path, fault: str) -> list[tuple[str, float]]:

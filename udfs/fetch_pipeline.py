@@ -24,7 +24,7 @@ import aiohttp
 from udfs.core.fetching import FetchLimits
 from udfs.core.fingerprints import to_signed64
 from udfs.core.frontier import Kind, Outcome
-from udfs.core.parse import group_by_host, parse_html
+from udfs.core.parse import LimitKind, ParsedPage, group_by_host, parse_html
 from udfs.core.sitemaps import parse_sitemap
 from udfs.core.urls import UrlPolicy, normalize_url
 from udfs.faults import FaultInjector
@@ -46,13 +46,16 @@ class PageStats:
     parse times' sum in microseconds (gauges carry integers only). `stored_bytes`: body
     bytes of objects written to storage (a body already stored is not written again).
     `backlog`: pages whose body has arrived and whose parse has not ended yet (being
-    stored, or waiting for the engine's loop, which parses one page at a time)."""
+    stored, waiting for a parser process, or in one). `limit_hits`: pages whose parse
+    hit a limit, by kind (udfs.core.parse.LimitKind: timeout, memory, crash)."""
 
     buckets: list[int] = field(default_factory=lambda: [0] * (len(PARSE_BUCKETS_S) + 1))
     parsed: int = 0
     parse_us: int = 0
     stored_bytes: int = 0
     backlog: int = 0
+    limit_hits: dict[str, int] = field(
+        default_factory=lambda: dict.fromkeys((k.value for k in LimitKind), 0))
 
     def parse_took(self, seconds: float) -> None:
         self.parsed += 1
@@ -72,6 +75,10 @@ class FetchContext:
     faults: FaultInjector | None = None
     url_policy: UrlPolicy | None = None  # urls.drop_query_params
     stats: PageStats = field(default_factory=PageStats)  # the task's, for its metrics
+    # The task's parse stage (udfs/parse_stage.py: parser processes under the `parse`
+    # limits). None: pages are parsed in this process, on the caller's loop (unit tests
+    # and tools only; the fetcher job always has a stage).
+    parser: Any = None
     warc: Any = None  # the task's WarcWriter (udfs/warc_writer.py); None: no WARC kept
 
 
@@ -141,7 +148,8 @@ async def process_lease(lease: dict[str, Any], ctx: FetchContext
         if result.errors:
             completion["error"] = "; ".join(result.errors)[:1000]
         return completion, discovered
-    # A page: keep the raw bytes (blocking I/O off the event loop), then parse.
+    # A page: keep the raw bytes first (blocking I/O off the event loop), so a parse
+    # that fails loses nothing; then parse, in the task's parser processes.
     stats = ctx.stats
     stats.backlog += 1
     try:
@@ -149,16 +157,33 @@ async def process_lease(lease: dict[str, Any], ctx: FetchContext
             None, ctx.store.put_body, body, lease.get("storage_tier", "standard"))
         if written:
             stats.stored_bytes += len(body)
-        if ctx.faults is not None:
-            ctx.faults.stall_parse()
-        started = time.perf_counter()
-        page = parse_html(body, url, headers=h, user_agent=ctx.user_agent,
-                          max_links=ctx.max_links, url_policy=ctx.url_policy)
-        stats.parse_took(time.perf_counter() - started)
+        page: ParsedPage | None
+        if ctx.parser is not None:
+            result = await ctx.parser.parse(body, url, [(str(k), str(v)) for k, v in h.items()])
+            seconds, page = result.seconds, result.page
+            if result.limit is not None:
+                stats.limit_hits[result.limit.value] += 1
+        else:
+            if ctx.faults is not None:
+                ctx.faults.stall_parse()
+            started = time.perf_counter()
+            page = parse_html(body, url, headers=h, user_agent=ctx.user_agent,
+                              max_links=ctx.max_links, url_policy=ctx.url_policy)
+            seconds = time.perf_counter() - started
+        stats.parse_took(seconds)
     finally:
         stats.backlog -= 1
+    completion.update({"body_sha256": sha, "object_key": key})
+    if page is None:
+        # A parse limit (PARSE_TIMEOUT: CPU, memory, a dead parser) or a parser error
+        # (PARSE_ERROR): the page is stored, nothing is extracted; the fetcher also
+        # writes a dead letter naming the URL and the reason.
+        completion.update({
+            "outcome": (Outcome.PARSE_TIMEOUT if result.limit is not None
+                        else Outcome.PARSE_ERROR).value, "error": result.error})
+        return completion, discovered
     completion.update({
-        "body_sha256": sha, "object_key": key, "text_sha256": page.text_sha256,
+        "text_sha256": page.text_sha256,
         "simhash": to_signed64(page.simhash), "canonical_url": page.canonical_url,
         "noindex": page.noindex, "nofollow": page.nofollow, "links_count": len(page.links),
         "error": page.error,

@@ -93,7 +93,6 @@ class FetchFunction(AsyncFunction):
         self.reg = registry()
         self.limits = FetchLimits.from_config(cfg["fetch"])
         self.user_agent = cfg["robots.user_agent"]
-        self.max_links = cfg["fetch.max_links"]
         self.store = open_store(cfg)
         self.cache = DnsCache(AddressPolicy.from_networks(cfg["fetch.allowed_networks"]),
                               self.limits,
@@ -119,6 +118,13 @@ class FetchFunction(AsyncFunction):
         from udfs.fetch_engine import FetchEngine
 
         self.engine = FetchEngine(self._guarded, capacity=self.connections)
+        # The task's parser processes (udfs/parse_stage.py), started on first use.
+        from udfs.core.parse import ParseLimits
+        from udfs.parse_stage import ParseStage
+
+        self.parser = ParseStage(
+            ParseLimits.from_config(cfg["parse"]), self.user_agent, self.url_policy,
+            parse_delay_s=self.faults.parse_delay_s if self.faults is not None else 0.0)
         self.warc = self._warc_writer(cfg, runtime_context)
         if self.warc is not None:  # what writers of this crawl that died here left
             self.warc.start_recovery()
@@ -162,11 +168,11 @@ class FetchFunction(AsyncFunction):
     def _metrics(self, group) -> None:
         """The fetcher's metrics: fetches and robots.txt fetches by outcome class, bytes
         fetched and stored, requests started, the politeness self-check's breaches by
-        rule (it must read 0), the parse time per page as a histogram and the pages
-        waiting to be parsed. Totals kept here and exported as gauges: the engine's
-        thread counts them, and PyFlink reads gauges on its own thread at each bundle's
-        end (counters there are thread-bound). Label sets are fixed: no per-host
-        series."""
+        rule (it must read 0), the parse time per page as a histogram, the pages
+        waiting to be parsed and the parses cut short by a limit, by kind. Totals kept
+        here and exported as gauges: the engine's thread counts them, and PyFlink reads
+        gauges on its own thread at each bundle's end (counters there are thread-bound).
+        Label sets are fixed: no per-host series."""
         from udfs.fetch_pipeline import PARSE_BUCKETS_S, PageStats
 
         self.selfcheck = PolitenessSelfCheck()
@@ -186,6 +192,9 @@ class FetchFunction(AsyncFunction):
         group.gauge("parse_seconds_count", lambda: self.pages.parsed)
         group.gauge("parse_microseconds_sum", lambda: self.pages.parse_us)
         group.gauge("parse_backlog", lambda: self.pages.backlog)
+        for kind in self.pages.limit_hits:
+            group.add_group("kind", kind).gauge(
+                "parse_limit_hits_total", lambda kind=kind: self.pages.limit_hits[kind])
         group.gauge("bytes_stored_total", lambda: self.pages.stored_bytes)
         for rule in BREACHES:
             group.add_group("rule", rule).gauge(
@@ -323,6 +332,11 @@ class FetchFunction(AsyncFunction):
         self.engine.check()
         self._warc_tick()
         if len(value[1]):
+            # Backpressure from the parse stage: while parse.max_waiting pages wait for a
+            # parser, no new lease is taken (the engine's loop keeps fetching the others).
+            while self.parser.full():
+                self.engine.check()
+                await asyncio.sleep(0.01)
             await self.engine.submit_when_room(value)
         return self.engine.drain()
 
@@ -376,8 +390,8 @@ class FetchFunction(AsyncFunction):
                 replace(self.limits, total_timeout_s=max(0.1, remaining - 1.0))
             ctx = FetchContext(await self._session(), self.store, limits, self.user_agent,
                                faults=self.faults, url_policy=self.url_policy,
-                               stats=self.pages, warc=self.warc,
-                               max_links=self.max_links)
+                               stats=self.pages, warc=self.warc, parser=self.parser,
+                               max_links=self.parser.limits.max_links)
             completion, discovered = await process_lease(lease, ctx)
             if self.faults is not None:
                 self.faults.after_response(lease["url"])
@@ -390,9 +404,16 @@ class FetchFunction(AsyncFunction):
                     turn.notify_all()
         host = lease["host_key"]
         self._count(completion)
-        # Written as completion v3 (the WARC record's location): the frontier is upgraded
-        # first (README, "Upgrading across completion v3").
+        # Written as completion v3 (the WARC record's location, PARSE_TIMEOUT): the frontier
+        # is upgraded first (README, "Upgrading across completion v3").
         out = [Row("C", host.encode(), self.reg.encode("completion", completion, check=False))]
+        if completion["outcome"] in ("PARSE_TIMEOUT", "PARSE_ERROR"):
+            # A page the parser could not finish: recorded and skipped, its URL and reason
+            # in a dead letter (the lease as payload; the body is in storage).
+            out.append(Row("X", host.encode(), dead_letter(
+                self.reg, stage="fetcher.parse", reason=completion["error"] or "",
+                error_type=completion["outcome"], payload=raw, url=lease["url"],
+                host_key=host, now_ms=int(time.time() * 1000))))
         if self.faults is not None and self.faults.drops_completion(lease["url"]):
             out = []
         out += [Row("D", d["host_key"].encode(), self.reg.encode("discovered", d, check=False))
@@ -410,5 +431,6 @@ class FetchFunction(AsyncFunction):
             except Exception:  # the engine's loop may already be gone
                 pass
         self.engine.close()
+        self.parser.close()
         if self.warc is not None:  # after the engine: no record is handed over any more
             self.warc.close()  # publishes the open file

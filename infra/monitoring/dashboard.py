@@ -162,8 +162,9 @@ PANELS: tuple[Panel, ...] = (
               "properties": [{"id": "unit", "value": "s"},
                              {"id": "custom.axisPlacement", "value": "right"}]}]}),
     Panel("Parser: time per page and backlog",
-          "p50/p99 parse time per HTML page, and pages fetched whose parse has not ended "
-          "(the parser runs in the fetch engine until issue 13 makes it a stage).",
+          "p50/p99 time per HTML page in the parse stage (parser processes of each "
+          "fetcher task), and pages fetched whose parse has not ended (bounded by "
+          "parse.max_waiting per task).",
           "s",
           (q(f"histogram_quantile(0.5, sum by (le) "
              f"(rate({OP}le_parse_seconds_bucket[$__rate_interval])))", "p50"),

@@ -44,7 +44,8 @@ FAMILIES = {
     "fetcher": ["outcome_fetches_total", "outcome_robots_fetches_total",
                 "requests_started_total", "bytes_fetched_total", "bytes_stored_total",
                 "rule_politeness_breaches_total", "le_parse_seconds_bucket",
-                "parse_seconds_count", "parse_microseconds_sum", "parse_backlog"],
+                "parse_seconds_count", "parse_microseconds_sum", "parse_backlog",
+                "kind_parse_limit_hits_total"],
 }
 # Not in FAMILIES: hosts_restored_with_added_fields, counted only when a job restores
 # hosts saved by an older build (a counter appears once it is first incremented).

@@ -1,5 +1,5 @@
 """A small crawl (both jobs, real Kafka, the S3 server, the synthetic web on loopback)
-with fetch.max_links=1, then:
+with parse.max_links=1, then:
 
 * every index event names its WARC record: one S3 GET with Range of [offset,
   offset+length) of the named object is one whole gzip'd response record of that URL,
@@ -61,7 +61,7 @@ def crawled(cfg, tmp_path_factory):
         f"warc.temp_dir={tmp / 'warc-temp'}", "warc.max_file_age_s=2",
         f"local.state_dir={tmp / 'state'}", "flink.restart_strategy=none"]
     run_cfg = load_config(env={}, overrides=settings)
-    jobs = {name: JobProcess(name, [*settings, "fetch.max_links=1",
+    jobs = {name: JobProcess(name, [*settings, "parse.max_links=1",
                                     f"metrics.frontier_port={free_port()}",
                                     f"metrics.fetcher_port={free_port()}"],
                              tmp / f"{name}.log") for name in ("frontier", "fetcher")}

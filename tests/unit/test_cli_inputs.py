@@ -121,7 +121,7 @@ BAD = [
     (["reparse", "--since", "20261"], "--since '20261': give a UTC time as YYYY"),
     (["reparse", "--since", "2026", "--until", "2025"], "--since 2026 is after --until 2025"),
     (["reparse", "--file", "warc/a.warc.gz"], "--file 'warc/a.warc.gz': give a WARC file's"),
-    (["reparse", "--dry-run", "--set", "fetch.max_links=-1"], "fetch.max_links"),
+    (["reparse", "--dry-run", "--set", "parse.max_links=-1"], "parse.max_links"),
     (["plan", "--assumptions", "{d}/missing.yaml"], "--assumptions {d}/missing.yaml: no such"),
     (["plan", "--assumptions", "{d}/bad.yaml"], "--assumptions {d}/bad.yaml: not valid YAML"),
     (["plan", "--assumptions", "{d}/unknown.yaml"], "unknown assumptions ['nonsense']"),

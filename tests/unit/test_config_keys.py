@@ -98,7 +98,7 @@ class Site:
         routes = [("/page", self.page), ("/bytes/{n}", self.bytes_), ("/gzip/{n}", self.gzip_),
                   ("/robots/{n}", self.robots), ("/sitemap/{n}", self.sitemap),
                   ("/sitemap-gz/{n}", self.sitemap_gz), ("/stall/{ms}", self.stall),
-                  ("/drip/{count}/{ms}", self.drip)]
+                  ("/drip/{count}/{ms}", self.drip), ("/hostile/{kind}/{n}", self.hostile)]
         for path, handler in routes:
             app.router.add_get(path, handler)
         runner = web.AppRunner(app, access_log=None)
@@ -137,6 +137,16 @@ class Site:
         await asyncio.sleep(int(request.match_info["ms"]) / 1000)
         self.stalls.append((request.host.split(":")[0], start, time.monotonic()))
         return web.Response(text=PAGE_HTML, content_type="text/html")
+
+    async def hostile(self, request):
+        """Pages for the parse limits: n links, n bytes before a link, n elements (a
+        large tree), or n text nodes 250 elements deep (CPU-heavy text extraction)."""
+        n = int(request.match_info["n"])
+        body = {"links": lambda: "".join(f'<a href="/l/{i}">l</a>' for i in range(n)),
+                "late": lambda: "<p>" + "x" * n + '</p><a href="/late">late</a>',
+                "tree": lambda: "<b>w</b>" * n,
+                "deep": lambda: "<div>" * 250 + "<b>w</b>" * n}[request.match_info["kind"]]()
+        return web.Response(text=f"<html><body>{body}</body></html>", content_type="text/html")
 
     async def drip(self, request):
         resp = web.StreamResponse(headers={"Content-Type": "text/html"})
@@ -740,6 +750,13 @@ class FetcherJob:
 
     async def fetch(self, url: str, kind: str = "PAGE", not_before_in_s: float = 0.0,
                     storage_tier: str = "standard") -> Fetched:
+        rows = await self.fn.async_invoke(
+            (b"k", self.lease(url, kind, not_before_in_s, storage_tier)))
+        return await self.finish(rows)
+
+    def lease(self, url: str, kind: str = "PAGE", not_before_in_s: float = 0.0,
+              storage_tier: str = "standard") -> bytes:
+        """An encoded LeaseRecord for `url`, due now (+ not_before_in_s)."""
         now_ms = int(time.time() * 1000) + 1
         self.leases += 1
         lease = {"lease_id": f"L-{self.leases}", "url_id": "0123456789abcdef", "url_version": 1,
@@ -748,7 +765,10 @@ class FetcherJob:
                  "etag": None, "last_modified": None,
                  "not_before_ms": now_ms + int(not_before_in_s * 1000),
                  "storage_tier": storage_tier}
-        rows = await self.fn.async_invoke((b"k", self.reg.encode("lease", lease)))
+        return self.reg.encode("lease", lease)
+
+    async def finish(self, rows: list) -> Fetched:
+        """Wait for the engine to finish every lease; the first completion and the links."""
         while self.fn.engine.active():  # the engine fetches on its own loop
             self.fn.engine.check()
             await asyncio.sleep(0.005)
@@ -1193,13 +1213,6 @@ def fetch_outcome(path: str, kind: str = "PAGE", host: str = "127.0.0.1",
     return probe
 
 
-def fetch_outcome_links(path: str):
-    def probe(cfg, w):
-        return list(fetch_once(cfg, w, w.url(path)).links)
-    probe.__doc__ = f"the links the fetcher sends to crawl.discovered for {path}"
-    return probe
-
-
 def p_total_timeout(cfg, w):
     """A page sent in 6 pieces 0.08 s apart; and the fetcher's bound on one lease (s)."""
     job = FetcherJob(cfg, w)
@@ -1265,10 +1278,21 @@ def p_completion_written(cfg, w):
 def p_parse_stall(cfg, w):
     """Did one page's fetch, store and parse take 0.25 s or more?"""
     job = FetcherJob(cfg, w)
-    fetch_once(cfg, w, w.url("/bytes/10"), job=FetcherJob(cfg, w))  # warm up
-    start = time.monotonic()
-    fetch_once(cfg, w, w.url("/page"), job=job)
-    return time.monotonic() - start >= 0.25
+
+    async def go():
+        try:
+            # Warm up (imports, and a parser process) away from the host's politeness gap.
+            await job.fetch(w.url("/bytes/10", "localhost"))
+            await job.fn.parser.parse(b"<p>warm</p>", "http://warm.test/", [])
+            start = time.monotonic()
+            await job.fetch(w.url("/page"))
+            return time.monotonic() - start >= 0.25
+        finally:
+            await job.close()
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.chdir(w.cwd)
+        return asyncio.run(go())
 
 
 def p_fault_memory(cfg, w):
@@ -1280,6 +1304,48 @@ def p_fault_memory(cfg, w):
         return f"refused at open: {exc}"
     again = fetch_once(cfg, w, w.url("/page"), job=FetcherJob(cfg, w, attempt=1))
     return "C" in first.dests, "C" in again.dests
+
+
+def p_links(path: str):
+    def probe(cfg, w):
+        got = fetch_once(cfg, w, w.url(path))
+        return got.outcome, len(got.links)
+    probe.__doc__ = f"(outcome, links kept) of the fetch of {path}"
+    return probe
+
+
+def p_parsers(cfg, w):
+    """Parser processes the fetcher task started for three pages fetched at once."""
+    job = FetcherJob(cfg, w)
+
+    async def go():
+        try:
+            await asyncio.gather(*(job.fetch(w.url(f"/page?n={i}")) for i in range(3)))
+            return job.fn.parser.started
+        finally:
+            await job.close()
+
+    return asyncio.run(go())
+
+
+def p_parse_backpressure(cfg, w):
+    """Did the fetcher take a second lease at once while the first page was being parsed?"""
+    job = FetcherJob(cfg, w)
+
+    async def go():
+        try:
+            rows = await job.fn.async_invoke((b"k", job.lease(w.url("/page"))))
+            while job.fn.parser.waiting == 0:
+                await asyncio.sleep(0.01)
+            start = time.monotonic()
+            rows += await job.fn.async_invoke((b"k", job.lease(w.url("/page?second"))))
+            took = time.monotonic() - start
+            await job.finish(rows)
+            return took < 0.3
+        finally:
+            await job.close()
+
+    return asyncio.run(go())
 
 
 def _clear(folder: str) -> None:
@@ -1866,11 +1932,6 @@ EFFECTS: dict[str, Effect] = {
     "fetch.max_body_bytes": Effect(fetch_outcome("/bytes/20000"), 4096,
                                    lambda d, c, ch: (d[0], c[0]) == ("OK", "TOO_LARGE"),
                                    base=tuple(LOOPBACK_NETS)),
-    "fetch.max_links": Effect(
-        fetch_outcome_links("/page"), 1,
-        lambda d, c, ch: len(d) == 2 and c == d[:1],
-        "only the first links of a page (in page order) go to crawl.discovered",
-        base=tuple(LOOPBACK_NETS)),
     "fetch.max_decompressed_bytes": Effect(fetch_outcome("/gzip/20000"), 4096,
                                            lambda d, c, ch: (d[0], c[0]) == ("OK", "TOO_LARGE"),
                                            base=tuple(LOOPBACK_NETS)),
@@ -1930,6 +1991,28 @@ EFFECTS: dict[str, Effect] = {
         lambda d, c, ch: d.startswith("refused at open") and c == (False, True),
         "each drop happens once per URL, remembered across a task restart",
         base=(*LOOPBACK_NETS, 'faults.drop_completion="/page"')),
+    # parse
+    "parse.workers": Effect(p_parsers, 3, lambda d, c, ch: (d, c) == (2, 3),
+                            "each fetcher task runs that many parser processes",
+                            base=(*LOOPBACK_NETS, "faults.parse_delay_s=0.5")),
+    "parse.cpu_limit_s": Effect(p_links("/hostile/deep/30000"), 0.2,
+                                lambda d, c, ch: d[0] == "OK" and c == ("PARSE_TIMEOUT", 0),
+                                "a page past its CPU time ends as PARSE_TIMEOUT",
+                                base=tuple(LOOPBACK_NETS)),
+    "parse.memory_limit_mb": Effect(p_links("/hostile/tree/600000"), 128,
+                                    lambda d, c, ch: (d[0], c[0]) == ("OK", "PARSE_TIMEOUT"),
+                                    "a page past the parser's memory ends as PARSE_TIMEOUT",
+                                    base=tuple(LOOPBACK_NETS)),
+    "parse.max_bytes": Effect(p_links("/hostile/late/3000"), 2048,
+                              lambda d, c, ch: (d, c) == (("OK", 1), ("OK", 0)),
+                              "the body past max_bytes is not parsed",
+                              base=tuple(LOOPBACK_NETS)),
+    "parse.max_links": Effect(p_links("/hostile/links/40"), 3,
+                              lambda d, c, ch: (d, c) == (("OK", 40), ("OK", 3)),
+                              base=tuple(LOOPBACK_NETS)),
+    "parse.max_waiting": Effect(p_parse_backpressure, 1, lambda d, c, ch: (d, c) == (True, False),
+                                "no new lease is taken while max_waiting pages wait",
+                                base=(*LOOPBACK_NETS, "faults.parse_delay_s=0.6")),
     # storage
     "storage.backend": Effect(
         p_bodies, "s3",

@@ -330,6 +330,27 @@ def test_404_410_tombstone_and_rediscovery_does_not_recreate():
     assert len(h.urls) == 1
 
 
+def test_a_parse_timeout_is_a_visit_with_nothing_kept_a_trap_trigger_and_no_quick_retry():
+    h = host()
+    lease, first = visit(h, H + "/a", 0.0, text_sha256="t1", body_sha256="b1")
+    u = h.urls[lease.url_id]
+    again = poll_page(h, u.next_fetch_at)
+    now = again.issued_at + 1
+    res = h.complete(ok(again, Outcome.PARSE_TIMEOUT, body_sha256="b2"), now)
+    assert res.verdict is Acceptance.ACCEPTED and not res.index and res.change is None
+    assert h.stats["trap_parse_timeout"] == 1
+    assert u.status is UrlStatus.FETCHED and u.last_fetch_at == now and u.failure_count == 0
+    assert u.text_hash == "t1" and u.content_hash == "b1"  # the last good visit stands
+    # Not retried at once: next at the failed-visit interval, never before.
+    assert u.next_fetch_at == now + CFG.recrawl.failed_visit_interval_s
+    early = h.poll(now + CFG.recrawl.failed_visit_interval_s - 1)
+    assert early is None or early.url_id != u.url_id
+    # A duplicate completion of the same version changes nothing more.
+    dup = h.complete(ok(again, Outcome.PARSE_TIMEOUT), now + 2)
+    assert dup.verdict is Acceptance.DUPLICATE and h.stats["trap_parse_timeout"] == 1
+    assert h.check_invariants() == []
+
+
 @pytest.mark.parametrize("outcome", [Outcome.SERVER_ERROR, Outcome.DNS_ERROR,
                                      Outcome.CONNECT_ERROR, Outcome.TIMEOUT])
 def test_transient_failures_retry_with_backoff_then_park(outcome):

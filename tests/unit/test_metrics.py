@@ -33,7 +33,8 @@ H = "http://a.test"
     ("SERVER_ERROR", 500, "other_5xx"), ("DNS_ERROR", None, "dns"),
     ("CONNECT_ERROR", None, "connect"), ("TIMEOUT", None, "timeout"),
     ("ADDRESS_BLOCKED", None, "refused_address"), ("TOO_LARGE", 200, "too_large"),
-    ("NOT_SENT", None, "not_sent"), ("OTHER_ERROR", None, "other")])
+    ("NOT_SENT", None, "not_sent"), ("PARSE_TIMEOUT", 200, "parse_timeout"),
+    ("OTHER_ERROR", None, "other")])
 def test_every_outcome_has_its_class(outcome, status, cls):
     assert outcome_class(outcome, status) == cls
     assert cls in OUTCOME_CLASSES

@@ -86,7 +86,7 @@ def test_reparse_sends_each_pages_links_as_the_fetcher_does(tmp_path):
 
 def test_a_higher_max_links_finds_the_links_a_crawl_did_not_keep(tmp_path):
     store = crawl_store(tmp_path)
-    few = reparse(load_config([], overrides=settings(tmp_path, "fetch.max_links=1")),
+    few = reparse(load_config([], overrides=settings(tmp_path, "parse.max_links=1")),
                   store, None)
     many = reparse(load_config([], overrides=settings(tmp_path)), store, None)
     assert few.links == 4 and many.links == 10

@@ -100,3 +100,27 @@ def test_a_duplicate_heavy_site_serves_one_catalogue_for_four_pages_in_five():
     assert len({bodies["/"], bodies["/p/1"], bodies["/p/5"]}) == 3
     # The catalogue links every page of the site: nothing becomes unreachable.
     assert all(f'href="/p/{k}"'.encode() in bodies["/p/1"] for k in range(heavy.pages))
+
+
+def test_the_hostile_set_is_opt_in_and_serves_pages_that_attack_the_parser():
+    from crawler.synthetic_web import HOSTILE_PAGES
+
+    sites = build_sites(3, seed=5, hostile=1)
+    assert len(sites) == 4 and build_sites(3, seed=5) == sites[:3]  # the others unchanged
+    assert not any("hostile" in s.features for s in build_sites(30, seed=5, boilerplate=2))
+    web = SyntheticWeb(sites)
+    web.start()
+    try:
+        bad = sites[3]
+        _, _, home = _get(web, bad, "/")
+        assert all(path.encode() in home for path in HOSTILE_PAGES)
+        status, _, nested = _get(web, bad, "/hostile/nested")
+        assert status == 200 and nested.count(b"<div>") == 100_000
+        status, _, attrs = _get(web, bad, "/hostile/attrs")
+        assert status == 200 and 4_500_000 < len(attrs) < 5_242_880  # whole under max_bytes
+        assert attrs.count(b'="') > 90_000
+        status, _, slow = _get(web, bad, "/hostile/slow")
+        assert status == 200 and slow.count(b"<b>w</b>") == 200_000
+        assert _get(web, sites[0], "/hostile/slow")[0] == 404  # only hostile sites
+    finally:
+        web.stop()

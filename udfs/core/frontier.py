@@ -113,6 +113,10 @@ class Outcome(StrEnum):
     # The fetcher did not send the lease and knows no one did (udfs/core/backqueue.py):
     # the URL goes back to the queue at once, without spending an attempt.
     NOT_SENT = "NOT_SENT"
+    # The page was fetched and stored but its parse went past a parser limit (CPU time,
+    # memory) or killed the parser (completion v3): visited, nothing kept, a trap trigger
+    # of its host (event trap_parse_timeout), revisited after the failed-visit interval.
+    PARSE_TIMEOUT = "PARSE_TIMEOUT"
 
 
 RETRYABLE = frozenset({Outcome.SERVER_ERROR, Outcome.DNS_ERROR, Outcome.CONNECT_ERROR,
@@ -1047,6 +1051,12 @@ class HostFrontier:
                                      self.backoff_until))
         elif r.outcome is Outcome.ADDRESS_BLOCKED:
             self._park(u, now, "address blocked by the SSRF policy")
+        elif r.outcome is Outcome.PARSE_TIMEOUT:
+            # A hostile or pathological page: counted as a trap trigger of the host, and
+            # never retried at once (the text hash of its last good visit is kept).
+            self._count("trap_parse_timeout")
+            u.last_fetch_at, u.failure_count = now, 0
+            self._schedule(u, now, UrlStatus.FETCHED, rc.failed_visit_interval_s)
         else:  # CLIENT_ERROR, TOO_LARGE, UNSUPPORTED_TYPE, PARSE_ERROR: visited, nothing kept
             u.last_fetch_at, u.failure_count = now, 0
             self._schedule(u, now, UrlStatus.FETCHED, rc.max_interval_s)

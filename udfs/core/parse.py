@@ -1,7 +1,9 @@
 """HTML parsing for the fetcher: links, canonical, robots directives, extracted text.
 
 Pure and bounded: the body is cut at `max_bytes` before parsing, at most
-`max_links` links are kept, and nothing is fetched (no DTDs, no entities).
+`max_links` links are kept, and nothing is fetched (no DTDs, no entities). CPU time
+and memory are bounded outside: the fetcher runs `parse_html` in parser processes
+under `ParseLimits` (udfs/parse_stage.py); the rules of those limits are here.
 Links are resolved against <base href> and normalized with `normalize_url`;
 page-level nofollow (meta robots or X-Robots-Tag) keeps the page's links out of
 discovery, and rel="nofollow" drops single links. The extracted text (no
@@ -14,6 +16,8 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
 
 from lxml import etree, html
 
@@ -144,3 +148,54 @@ def group_by_host(urls: Iterable[str]) -> dict[str, list[str]]:
     for u in urls:
         groups.setdefault(split_host_key(u)[0], []).append(u)
     return groups
+
+
+# -- the parse stage's limits (udfs/parse_stage.py runs parse_html under them) ------------
+
+class LimitKind(StrEnum):
+    """Why a page's parse was cut short (the label of parse_limit_hits_total)."""
+
+    TIMEOUT = "timeout"  # past its CPU time (or its wall-clock cap)
+    MEMORY = "memory"  # MemoryError under the parser's address-space limit
+    CRASH = "crash"  # the parser process died (a signal, an abort, an OOM kill)
+
+
+@dataclass(frozen=True)
+class ParseLimits:
+    """From the `parse` configuration section."""
+
+    workers: int = 2
+    cpu_limit_s: float = 5.0
+    memory_limit_mb: int = 1024
+    max_bytes: int = 5 * 1024 * 1024
+    max_links: int = 5000
+    max_waiting: int = 64
+
+    @classmethod
+    def from_config(cls, section: Mapping[str, Any]) -> ParseLimits:
+        return cls(**{k: section[k] for k in cls.__dataclass_fields__ if k in section})
+
+    @property
+    def wall_cap_s(self) -> float:
+        """Wall-clock seconds after which a parse ends whatever CPU it used (a parser
+        starved of CPU by other work, or stalled)."""
+        return 3 * self.cpu_limit_s + 5.0
+
+
+def parse_deadline(cpu_used_s: float, wall_s: float, limits: ParseLimits) -> float | None:
+    """While a page is being parsed: None when it has run past its limit (CPU time, or the
+    wall-clock cap), else the wall-clock seconds to wait before looking again (no sooner
+    than its CPU could reach the limit: CPU time grows no faster than wall time)."""
+    if cpu_used_s >= limits.cpu_limit_s or wall_s >= limits.wall_cap_s:
+        return None
+    return max(0.01, min(limits.cpu_limit_s - cpu_used_s, limits.wall_cap_s - wall_s))
+
+
+def limit_error(kind: LimitKind, limits: ParseLimits, detail: str = "") -> str:
+    """The completion's `error` for a page whose parse hit a limit (outcome PARSE_TIMEOUT)."""
+    what = {LimitKind.TIMEOUT: f"parse went past its limit of {limits.cpu_limit_s:g} s CPU "
+                               f"({limits.wall_cap_s:g} s wall)",
+            LimitKind.MEMORY: f"parse went past its memory limit of "
+                              f"{limits.memory_limit_mb} MB",
+            LimitKind.CRASH: "the parser process died"}[kind]
+    return f"{what}: {detail}" if detail else what

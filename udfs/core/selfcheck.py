@@ -26,13 +26,14 @@ from dataclasses import dataclass
 # Fetch outcome classes (SPEC section 9 and the list), a fixed label set.
 OUTCOME_CLASSES = ("2xx", "304", "3xx", "404_410", "other_4xx", "429", "503", "other_5xx",
                    "dns", "connect", "timeout", "refused_address", "too_large",
-                   "unsupported_type", "parse_error", "not_sent", "other")
+                   "unsupported_type", "parse_error", "parse_timeout", "not_sent", "other")
 
 _BY_OUTCOME = {"OK": "2xx", "NOT_MODIFIED": "304", "REDIRECT": "3xx", "GONE": "404_410",
                "CLIENT_ERROR": "other_4xx", "DNS_ERROR": "dns", "CONNECT_ERROR": "connect",
                "TIMEOUT": "timeout", "ADDRESS_BLOCKED": "refused_address",
                "TOO_LARGE": "too_large", "UNSUPPORTED_TYPE": "unsupported_type",
-               "PARSE_ERROR": "parse_error", "NOT_SENT": "not_sent"}
+               "PARSE_ERROR": "parse_error", "PARSE_TIMEOUT": "parse_timeout",
+               "NOT_SENT": "not_sent"}
 
 
 def outcome_class(outcome: str, http_status: int | None) -> str:

@@ -1,0 +1,190 @@
+"""The parse stage: parser processes under CPU, memory, size and link limits; the rules of
+those limits on made-up numbers (no clock), the stage with real processes."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import time
+
+import pytest
+
+from udfs.core.parse import LimitKind, ParseLimits, limit_error, parse_deadline
+from udfs.parse_stage import ParseStage
+
+# 250 nested <div>s and then 200,000 text nodes: lxml parses it at once, but the text
+# extraction's ancestor test walks 250 levels per node (seconds of CPU; measured 8.6 s).
+SLOW_PAGE = b"<html><body>" + b"<div>" * 250 + b"<b>w</b>" * 200_000 + b"</body></html>"
+GOOD_PAGE = b"<html><body><a href='/x'>x</a><a href='/y'>y</a> hello</body></html>"
+
+
+def test_the_deadline_ends_a_parse_at_its_cpu_limit_or_its_wall_cap():
+    limits = ParseLimits(cpu_limit_s=2.0)
+    assert limits.wall_cap_s == 11.0
+    assert parse_deadline(0.0, 0.0, limits) == 2.0  # CPU cannot reach 2 s sooner
+    assert parse_deadline(1.5, 3.0, limits) == 0.5  # starved of CPU: look again later
+    assert parse_deadline(2.0, 2.1, limits) is None  # its CPU is spent
+    assert parse_deadline(0.3, 11.0, limits) is None  # past the wall-clock cap
+    assert parse_deadline(1.999, 1.0, limits) == 0.01  # never a busy loop
+    assert "2 s CPU" in limit_error(LimitKind.TIMEOUT, limits)
+    assert "1024 MB" in limit_error(LimitKind.MEMORY, limits)
+    assert limit_error(LimitKind.CRASH, limits, "killed by signal 11").endswith("signal 11")
+
+
+def test_limits_come_from_the_parse_section():
+    limits = ParseLimits.from_config({"workers": 3, "cpu_limit_s": 1.5, "memory_limit_mb": 256,
+                                      "max_bytes": 2048, "max_links": 7, "max_waiting": 9})
+    assert limits == ParseLimits(3, 1.5, 256, 2048, 7, 9)
+
+
+def run(coro):
+    return asyncio.run(coro)
+
+
+@pytest.fixture
+def stage_factory():
+    made: list[ParseStage] = []
+
+    def make(**kw) -> ParseStage:
+        stage = ParseStage(ParseLimits(**kw), "FlinkCrawler")
+        made.append(stage)
+        return stage
+
+    yield make
+    for stage in made:
+        stage.close()
+
+
+def test_a_page_parses_in_a_parser_process_with_its_links_and_text_hash(stage_factory):
+    stage = stage_factory(workers=1)
+    result = run(stage.parse(GOOD_PAGE, "http://a.test/", [("Content-Type", "text/html")]))
+    assert result.limit is None and result.error is None
+    assert result.page.links == ["http://a.test/x", "http://a.test/y"]
+    assert result.page.text_sha256 and result.page.simhash
+    assert stage.started == 1
+
+
+def test_links_and_bytes_are_cut_at_their_limits(stage_factory):
+    stage = stage_factory(workers=1, max_links=3, max_bytes=2048)
+    many = b"<html><body>" + b"".join(b'<a href="/p/%d">p</a>' % i for i in range(50))
+    assert len(run(stage.parse(many, "http://a.test/", [])).page.links) == 3
+    late = b"<html><body>" + b"<p>filler</p>" * 400 + b'<a href="/late">late</a>'
+    page = run(stage.parse(late, "http://a.test/", [])).page
+    assert page.links == [] and page.truncated  # the link lies past max_bytes
+
+
+def test_a_page_past_its_cpu_limit_ends_as_a_timeout_and_its_parser_is_replaced(
+        stage_factory):
+    stage = stage_factory(workers=1, cpu_limit_s=0.5)
+
+    async def go():
+        slow = await stage.parse(SLOW_PAGE, "http://slow.test/", [])
+        after = await stage.parse(GOOD_PAGE, "http://a.test/", [])
+        return slow, after
+
+    slow, after = run(go())
+    assert slow.limit is LimitKind.TIMEOUT and slow.page is None
+    assert "0.5 s CPU" in slow.error
+    assert after.limit is None and len(after.page.links) == 2  # a fresh parser
+    assert stage.started == 2
+
+
+def test_a_page_past_the_memory_limit_ends_as_a_memory_hit(stage_factory):
+    stage = stage_factory(workers=1, memory_limit_mb=128)
+    body = b"<html><body>" + b"<b>w</b>" * 600_000  # 4.8 MB
+    result = run(stage.parse(body, "http://big.test/", []))
+    assert result.limit is LimitKind.MEMORY and "128 MB" in result.error
+    assert run(stage.parse(GOOD_PAGE, "http://a.test/", [])).page is not None
+
+
+def test_a_parser_that_dies_mid_page_is_a_crash_and_the_next_page_parses(stage_factory):
+    stage = stage_factory(workers=1, cpu_limit_s=60)
+
+    async def go():
+        task = asyncio.ensure_future(stage.parse(SLOW_PAGE, "http://poison.test/", []))
+        while stage.waiting == 0 or not stage._live:
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(0.3)
+        (parser,) = stage._live
+        os.kill(parser.proc.pid, signal.SIGSEGV)
+        crashed = await task
+        return crashed, await stage.parse(GOOD_PAGE, "http://a.test/", [])
+
+    crashed, after = run(go())
+    assert crashed.limit is LimitKind.CRASH
+    assert "signal 11" in crashed.error
+    assert after.page is not None and stage.started == 2
+
+
+def test_the_event_loop_runs_on_while_pages_parse_and_full_bounds_the_wait(stage_factory):
+    stage = stage_factory(workers=1, cpu_limit_s=1.0, max_waiting=2)
+
+    async def go():
+        ticks = 0
+        first = asyncio.ensure_future(stage.parse(SLOW_PAGE, "http://slow.test/", []))
+        second = asyncio.ensure_future(stage.parse(GOOD_PAGE, "http://a.test/", []))
+        await asyncio.sleep(0)
+        full_seen = stage.full()
+        start = time.monotonic()
+        while not (first.done() and second.done()):
+            await asyncio.sleep(0.01)
+            ticks += 1
+        return ticks, time.monotonic() - start, full_seen, await first, await second
+
+    ticks, took, full_seen, first, second = run(go())
+    assert full_seen and not stage.full()
+    assert first.limit is LimitKind.TIMEOUT and second.page is not None
+    assert ticks >= took / 0.01 * 0.5  # the loop was never held by the parse
+
+
+HOLDER = """
+import asyncio, sys, time
+from udfs.core.parse import ParseLimits
+from udfs.parse_stage import ParseStage
+from tests.unit.test_parse_stage import SLOW_PAGE
+
+async def main():
+    stage = ParseStage(ParseLimits(workers=1, cpu_limit_s=120), "FlinkCrawler")
+    task = asyncio.ensure_future(stage.parse(SLOW_PAGE * 4, "http://slow.test/", []))
+    while not stage._live:
+        await asyncio.sleep(0.01)
+    (parser,) = stage._live
+    await asyncio.sleep(0.3)
+    print(parser.proc.pid, flush=True)
+    await task
+
+asyncio.run(main())
+"""
+
+
+def test_a_parser_dies_with_its_task_even_inside_a_long_parse(tmp_path):
+    import subprocess
+    import sys
+
+    holder = subprocess.Popen([sys.executable, "-c", HOLDER], stdout=subprocess.PIPE,
+                              env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    try:
+        parser_pid = int(holder.stdout.readline())
+        os.kill(parser_pid, 0)  # alive, parsing
+        holder.kill()  # the task's process dies at once (kill -9)
+        holder.wait(10)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            try:
+                os.kill(parser_pid, 0)
+            except ProcessLookupError:
+                break
+            try:  # reaped by init; a zombie no longer has a stat line with state Z
+                with open(f"/proc/{parser_pid}/stat") as f:
+                    if f.read().rsplit(")", 1)[1].split()[0] == "Z":
+                        break
+            except OSError:
+                break
+            time.sleep(0.05)
+        else:
+            os.kill(parser_pid, signal.SIGKILL)
+            raise AssertionError("the parser outlived its task")
+    finally:
+        if holder.poll() is None:
+            holder.kill()
