@@ -90,17 +90,20 @@ def scrapy_python() -> Path:
     return py
 
 
-def timed_window(web: SyntheticWeb, seconds: int, meter: CpuMeter, alive) -> tuple[float, float]:
+def timed_window(web: SyntheticWeb, seconds: int, meters: list[CpuMeter], alive
+                 ) -> tuple[float, float]:
     """From the first request the web sees, `seconds` of crawling: (t0, t1), with the CPU
-    meter running over exactly that window."""
+    meters running over exactly that window."""
     start = time.monotonic()
     while not web.log and time.monotonic() - start < 180 and alive():
         time.sleep(0.2)
-    meter.start()
+    for meter in meters:
+        meter.start()
     t0 = time.monotonic()
     while time.monotonic() - t0 < seconds and alive():
         time.sleep(1)
-        meter.sample()
+        for meter in meters:
+            meter.sample()
     return t0, time.monotonic()
 
 
@@ -129,16 +132,21 @@ def run_ours(sites: int, seconds: int, gap: float, workdir: Path, page_bytes: in
     for job in jobs:
         job.start()
     publish_seeds(cfg, [web.host_key(s) + "/" for s in web.site_list])
-    roots = [j.proc.pid for j in jobs] + [p for p in [broker_pid()] if p]
-    meter = CpuMeter(roots)
+    # One meter per part (each job's process tree: its JVM, Python workers and parser
+    # processes; the broker), so each part's CPU per page shows beside the total.
+    meters = {j.name: CpuMeter([j.proc.pid]) for j in jobs}
+    broker = broker_pid()
+    if broker:
+        meters["kafka"] = CpuMeter([broker])
     try:
-        t0, t1 = timed_window(web, seconds, meter, lambda: all(j.alive() for j in jobs))
-        cpu = meter.seconds()
+        t0, t1 = timed_window(web, seconds, list(meters.values()),
+                              lambda: all(j.alive() for j in jobs))
+        parts = {name: m.seconds() for name, m in meters.items()}
     finally:
         for job in jobs:
             job.stop()
         web.stop()
-    return pages_and_violations(web, gap, t0, t1), t1 - t0, cpu
+    return pages_and_violations(web, gap, t0, t1), t1 - t0, parts
 
 
 def run_scrapy(sites: int, seconds: int, gap: float, workdir: Path, page_bytes: int):
@@ -153,7 +161,7 @@ def run_scrapy(sites: int, seconds: int, gap: float, workdir: Path, page_bytes: 
                             stderr=subprocess.DEVNULL)
     meter = CpuMeter([proc.pid])
     try:
-        t0, t1 = timed_window(web, seconds, meter, lambda: proc.poll() is None)
+        t0, t1 = timed_window(web, seconds, [meter], lambda: proc.poll() is None)
         cpu = meter.seconds()
     finally:
         proc.terminate()
@@ -182,11 +190,12 @@ def main() -> None:
              f"{args.checkpoint_ms / 1000:g} s")]
     for sites in sizes:
         with tempfile.TemporaryDirectory() as tmp:
-            (ours, ours_v, ours_kinds), ours_s, ours_cpu = run_ours(
+            (ours, ours_v, ours_kinds), ours_s, ours_parts = run_ours(
                 sites, args.seconds, args.gap, Path(tmp) / "ours", args.page_bytes,
                 args.checkpoint_ms)
             (theirs, theirs_v, theirs_kinds), theirs_s, theirs_cpu = run_scrapy(
                 sites, args.seconds, args.gap, Path(tmp), args.page_bytes)
+        ours_cpu = sum(ours_parts.values())
         ours_rate, theirs_rate = ours / ours_s, theirs / theirs_s
         ours_ms, theirs_ms = 1000 * ours_cpu / max(ours, 1), 1000 * theirs_cpu / max(theirs, 1)
         rows += [
@@ -195,6 +204,9 @@ def main() -> None:
             (f"{sites} sites: ratio (pages/s)", f"{ours_rate / max(theirs_rate, 1e-9):.2f}"),
             (f"{sites} sites: this crawler CPU ms per page (all processes)",
              f"{ours_ms:.1f} ({ours_cpu:.0f} CPU s)"),
+            (f"{sites} sites: this crawler CPU ms per page by part",
+             ", ".join(f"{name} {1000 * cpu / max(ours, 1):.1f}"
+                       for name, cpu in ours_parts.items())),
             (f"{sites} sites: Scrapy CPU ms per page", f"{theirs_ms:.1f} ({theirs_cpu:.0f} CPU s)"),
             (f"{sites} sites: politeness violations, this crawler", f"{ours_v} {ours_kinds}"),
             (f"{sites} sites: politeness violations, Scrapy", f"{theirs_v} {theirs_kinds}"),
