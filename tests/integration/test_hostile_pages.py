@@ -9,6 +9,7 @@ import time
 from kafka import KafkaProducer
 
 from crawler.run import JobProcess
+from crawler.status import get_json
 from crawler.synthetic_web import HOSTILE_PAGES, SyntheticWeb, build_sites
 from tests.integration.conftest import free_port, metric, wait_for_metric
 from tests.integration.test_fetcher_job import REG, _lease, _read
@@ -19,14 +20,15 @@ def test_hostile_pages_end_cleanly_and_other_hosts_are_fetched(cfg, fresh_topics
     web = SyntheticWeb(sites)
     web.start()
     leases, comps, disc, dlq = fresh_topics("leases", "comps", "disc", "dlq")
-    port = free_port()
+    port, rest = free_port(), free_port()
     overrides = [f"topics.leases.name={leases}", f"topics.completions.name={comps}",
                  f"topics.discovered.name={disc}", f"topics.deadletter.name={dlq}",
                  "flink.checkpoint_interval_ms=1000", "flink.restart_strategy=none",
                  "fetch.allowed_networks=[127.0.0.0/8]",
                  f"fetch.static_hosts=[{','.join(web.static_hosts())}]",
                  f"storage.local_dir={tmp_path / 'objects'}", f"metrics.fetcher_port={port}",
-                 "parse.cpu_limit_s=1.0", "parse.workers=2"]
+                 "parse.cpu_limit_s=1.0", "parse.workers=2",
+                 f"flink.local_rest_port={rest}"]
     job = JobProcess("fetcher", overrides, tmp_path / "fetcher.log")
     job.start()
     try:
@@ -80,8 +82,16 @@ def test_hostile_pages_end_cleanly_and_other_hosts_are_fetched(cfg, fresh_topics
         got = _read(cfg, comps, "completion",
                     lambda s: any(rec["lease_id"] == "LATE" for _, rec in s), timeout_s=30.0)
         assert next(rec for _, rec in got if rec["lease_id"] == "LATE")["outcome"] == "OK"
+        # No checkpoint waited past the stage's bound (3 x cpu_limit_s + 5 s = 8 s here:
+        # the longest a full stage keeps a bundle open), loosely: Flink's own figures.
+        base = f"127.0.0.1:{rest}"
+        (jid,) = [j["jid"] for j in get_json(base, "/jobs/overview")["jobs"]]
+        cps = get_json(base, f"/jobs/{jid}/checkpoints")
+        longest_s = cps["summary"]["end_to_end_duration"]["max"] / 1000
+        assert cps["counts"]["completed"] >= 3 and longest_s < 8 + 4, cps["summary"]
         ends = [(u.rsplit("/", 1)[1], by_lease[k]["outcome"]) for k, u in bad.items()]
-        print(f"hostile pages: {ends}; all completions within {time.monotonic() - start:.1f} s")
+        print(f"hostile pages: {ends}; all completions within {time.monotonic() - start:.1f} s;"
+              f" longest checkpoint {longest_s:.2f} s of {cps['counts']['completed']}")
     finally:
         job.stop()
         web.stop()
