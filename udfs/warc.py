@@ -224,7 +224,7 @@ def build_records(f: Fetch, refers_to: tuple[str, str, str] | None = None
                                           length=len(ex.payload), http_headers=http,
                                           warc_headers_dict=headers)
         main = Record("response", resp_id, _gzip_member(rec), f.url, f.fetched_at_ms,
-                      ex.status, mime or "unk", payload_digest)
+                      ex.status, mime, payload_digest)
     req_http = StatusAndHeaders(f"{ex.method} {ex.target} {ex.version}", ex.request_headers,
                                 protocol="", is_http_request=True)
     req_headers = {"WARC-Record-ID": req_id, **common, "WARC-Concurrent-To": resp_id,
@@ -325,8 +325,9 @@ class IndexEntry:
 
     def line(self) -> str:
         # As pywb's indexer (cdxj-indexer) writes it: a record without a payload digest
-        # (a 304's revisit) has no "digest" field.
-        data = {"url": self.url, "mime": self.mime,
+        # (a 304's revisit) has no "digest" field, one without a Content-Type (a bare
+        # redirect) no "mime" field.
+        data = {"url": self.url, **({"mime": self.mime} if self.mime else {}),
                 "status": str(self.status) if self.status is not None else "-",
                 **({"digest": self.digest} if self.digest else {}),
                 "length": str(self.length), "offset": str(self.offset),

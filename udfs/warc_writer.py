@@ -141,7 +141,7 @@ def index_members(fh: io.BufferedIOBase, filename: str) -> tuple[list[IndexEntry
         http = rec.http_headers
         mime = "warc/revisit" if kind == "revisit" else \
             ((http.get_header("Content-Type") or "") if http else "").split(";")[0].strip() \
-            .lower() or "unk"
+            .lower()
         status = int(http.get_statuscode()) if http and http.get_statuscode() else None
         entries.append(IndexEntry(h.get_header("WARC-Target-URI"), _date_ms(
             h.get_header("WARC-Date")), mime, status, h.get_header("WARC-Payload-Digest"),

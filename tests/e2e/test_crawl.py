@@ -15,10 +15,12 @@ import pytest
 
 from crawler.run import JobProcess, Watcher, publish_seeds, synthetic_overrides
 from crawler.synthetic_web import SSRF_ADDRESS, SyntheticWeb, build_sites
+from crawler.warc_tool import verify
+from tests.unit.test_warc import pywb_index
 from udfs.config import TOPIC_KEYS, load_config
 from udfs.core.recrawl import updated_dup_share
 from udfs.storage import LocalStore
-from udfs.warc import read_record, sha256_b32
+from udfs.warc import parse_cdxj, read_record, sha256_b32
 from udfs.warc_writer import recovering_writer
 
 MIN_GAP_S = 0.2
@@ -211,6 +213,16 @@ def test_crawl_of_the_synthetic_web(cfg, fresh_topics, tmp_path):
         h = read_record(member)[0].rec_headers
         assert h.get_header("WARC-Target-URI") == e["url"], e
         assert h.get_header("WARC-Payload-Digest") == sha256_b32(hex_digest=e["body_sha256"])
+    # Every published file passes warcio's check; its CDXJ lists every response and
+    # revisit record (and nothing else) and equals pywb's indexer's; no record twice.
+    verdict = verify(store, run_cfg["warc.prefix"])
+    assert verdict.files >= 1 and verdict.problems == [], verdict.problems[:5]
+    for key in [k for k in store.list_objects(run_cfg["warc.prefix"])
+                if k.endswith(".warc.gz")]:
+        local = tmp_path / key.rsplit("/", 1)[-1]
+        local.write_bytes(store.get_object(key))
+        assert parse_cdxj(store.get_object(key[: -len(".warc.gz")] + ".cdxj")) == \
+            pywb_index(local), key
     for hk, s in sites.items():
         if "dups" in s.features:
             keys = {latest[hk + p]["object_key"] for p in ("/dup/a", "/dup/b", "/near/a")}

@@ -38,7 +38,7 @@ from udfs.warc import (
     sha256_b32,
     surt,
 )
-from udfs.warc_writer import WarcWriter
+from udfs.warc_writer import WarcWriter, index_members
 
 T = 1_764_567_890_123  # ms
 PAGE = b"<html><body><a href='/x'>x</a></body></html>"
@@ -563,10 +563,18 @@ def test_our_cdxj_equals_pywbs_indexer_on_the_same_file(tmp_path):
     w.write(Fetch("http://a.test/gz", "L-6", 1, 1, T + 1000, exchange(
         payload=gzip.compress(PAGE), headers=[("Content-Type", "text/html"),
                                               ("Content-Encoding", "gzip")]), depth=1))
+    # A bare redirect, no Content-Type: no "mime" field (the e2e crawl's /loop/ pages).
+    w.write(Fetch("http://a.test/r", "L-7", 1, 1, T + 2000, exchange(
+        status=302, reason="Found", payload=b"", headers=[("Location", "/a")])))
     key = w.publish()
     ours = parse_cdxj(store.get_object(index_name(key)))
     theirs = pywb_index(store.root / key)
-    assert len(ours) == 6
+    assert len(ours) == 7 and "mime" not in next(d for _, _, d in ours if d["status"] == "302")
     fields = [(k, ts, d["offset"], d["length"], d["filename"]) for k, ts, d in ours]
     assert fields == [(k, ts, d["offset"], d["length"], d["filename"]) for k, ts, d in theirs]
     assert ours == theirs  # every field of every line, digests, mimes and statuses included
+    # A dead writer's file is indexed again from its records when it is recovered: the
+    # same lines.
+    with open(store.root / key, "rb") as fh:
+        again, _end = index_members(fh, key.rsplit("/", 1)[-1])
+    assert parse_cdxj(cdxj(again)) == theirs

@@ -22,8 +22,9 @@ from udfs.core.fetching import HTML_TYPES
 from udfs.core.parse import group_by_host
 
 # Index lines of records that may hold a page to parse: a 200 response of an HTML type
-# (or none, as the fetcher accepts), or a revisit of a 200 (identical payload).
-PARSEABLE_MIMES = (*HTML_TYPES, "unk", "warc/revisit")
+# (or none, as the fetcher accepts: no mime field, or "unk" in older indexes), or a
+# revisit of a 200 (identical payload).
+PARSEABLE_MIMES = (*HTML_TYPES, "", "unk", "warc/revisit")
 
 
 @dataclass(frozen=True)
