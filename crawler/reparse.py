@@ -4,8 +4,11 @@ frontier, without contacting any site (udfs/core/reparse.py has the rules).
 Reads the published WARC files under `warc.prefix` in the crawl's store (one ranged
 read per record, through their CDXJ indexes), parses each selected page with the
 configured parser settings (`parse.max_links`, `urls.drop_query_params`,
-`robots.user_agent`) and sends DiscoveredUrls records to crawl.discovered (at least
-once, like the fetcher's). `--dry-run` reads and parses, and sends nothing.
+`robots.user_agent`) and parse filters (`parse.filters`, loaded once per run, applied as
+in the fetcher's parser processes) and sends DiscoveredUrls records to crawl.discovered
+(at least once, like the fetcher's). A parse filter that raises leaves that page as the
+filters before it returned it; the summary counts such pages and names the first.
+`--dry-run` reads and parses, and sends nothing.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from typing import Any
 
 from crawler import warc_tool
 from udfs.core.parse import ParsedPage, parse_html
+from udfs.core.parsefilters import Page, ParseFilter, apply_chain, load_filters
 from udfs.core.reparse import Entry, discovered_records, entry, response_lookup, select
 from udfs.core.urls import UrlPolicy
 from udfs.warc import DEPTH_FIELD, parse_cdxj, read_record, timestamp14
@@ -24,11 +28,19 @@ from udfs.warc_writer import _date_ms
 
 
 def parse_page(body: bytes, url: str, headers: list[tuple[str, str]], cfg: Any,
-               policy: UrlPolicy) -> ParsedPage:
-    """The one call of the parser here (the fetcher's settings): swap in the parse
-    stage's bounded pool here once it exists."""
-    return parse_html(body, url, headers=headers, user_agent=cfg["robots.user_agent"],
-                      max_links=cfg["parse.max_links"], url_policy=policy)
+               policy: UrlPolicy, chain: list[tuple[str, ParseFilter]] | None = None
+               ) -> tuple[ParsedPage, tuple[str, str] | None]:
+    """The one call of the parser here (the fetcher's settings), then the parse filters:
+    (the page, (filter, error) if one raised). Swap in the parse stage's bounded pool
+    here once it exists."""
+    max_links = cfg["parse.max_links"]
+    page = parse_html(body, url, headers=headers, user_agent=cfg["robots.user_agent"],
+                      max_links=max_links, url_policy=policy)
+    if not chain:
+        return page, None
+    cut = body[:cfg["parse.max_bytes"]]  # what the fetcher's parser reads
+    return page, apply_chain(chain, url, page, Page(tuple(map(tuple, headers)), cut),
+                             policy, max_links)
 
 
 @dataclass
@@ -43,6 +55,8 @@ class Report:
     no_depth: int = 0  # records written before Crawl-Depth: depth 0 assumed
     skipped: dict[str, int] = field(default_factory=dict)
     pages: list[tuple[str, int, bool]] = field(default_factory=list)  # url, links, cut
+    # pages on which a parse filter raised: (url, filter, "Type: message")
+    filter_errors: list[tuple[str, str, str]] = field(default_factory=list)
 
     def skip(self, reason: str) -> None:
         self.skipped[reason] = self.skipped.get(reason, 0) + 1
@@ -56,6 +70,10 @@ class Report:
                 f"records {sent} to {topic}; skipped: {skipped}")
         if self.no_depth:
             line += f"; {self.no_depth} pages without {DEPTH_FIELD} (depth 0 assumed)"
+        if self.filter_errors:
+            url, name, error = self.filter_errors[0]
+            line += (f"; a parse filter raised on {len(self.filter_errors)} pages "
+                     f"(first: {name} on {url}: {error})")
         return line
 
 
@@ -79,6 +97,7 @@ def reparse(cfg: Any, store: Any, send: Callable[[str, dict[str, Any]], None] | 
     DiscoveredUrls record (None: a dry run)."""
     prefix = cfg["warc.prefix"]
     policy = UrlPolicy.from_names(cfg["urls.drop_query_params"])
+    chain = load_filters(cfg["parse.filters"])
     now_ms = int(time.time() * 1000) if now_ms is None else now_ms
     report = Report()
     entries, report.files = _entries(store, prefix, files)
@@ -105,7 +124,9 @@ def reparse(cfg: Any, store: Any, send: Callable[[str, dict[str, Any]], None] | 
                 continue
             _ref_rec, payload = read_record(store.get_range(ref.key, ref.offset, ref.length))
         headers = list(rec.http_headers.headers) if rec.http_headers else []
-        page = parse_page(payload, e.url, headers, cfg, policy)
+        page, failure = parse_page(payload, e.url, headers, cfg, policy, chain)
+        if failure is not None:
+            report.filter_errors.append((e.url, *failure))
         report.parsed += 1
         if depth_text is None:
             report.no_depth += 1

@@ -135,6 +135,12 @@ def _url_filters(v: list[str]) -> str | None:
     return check_entries(v)
 
 
+def _parse_filters(v: list[str]) -> str | None:
+    from udfs.core.parsefilters import check_entries
+
+    return check_entries(v)
+
+
 # Checks beyond the type of the default. "*" matches one path segment.
 _RULES: dict[str, Callable[[Any], str | None]] = {
     "kafka.bootstrap_servers": _bootstrap,
@@ -144,6 +150,7 @@ _RULES: dict[str, Callable[[Any], str | None]] = {
     "topics.*.partitions": _between(1, 10000),
     "topics.*.retention_ms": _retention,
     "urls.filters": _url_filters,
+    "parse.filters": _parse_filters,
     "robots.user_agent": lambda v: None if valid_user_agent(v)
     else "must be a product token of letters, '_' and '-' (RFC 9309 2.2.1)",
     "robots.cache_ttl_s": _between(60, 86400, "RFC 9309: refresh within 24 h"),

@@ -47,7 +47,8 @@ class PageStats:
     bytes of objects written to storage (a body already stored is not written again).
     `backlog`: pages whose body has arrived and whose parse has not ended yet (being
     stored, waiting for a parser process, or in one). `limit_hits`: pages whose parse
-    hit a limit, by kind (udfs.core.parse.LimitKind: timeout, memory, crash)."""
+    hit a limit, by kind (udfs.core.parse.LimitKind: timeout, memory, crash).
+    `filter_errors`: pages on which a parse filter (parse.filters) raised, by filter."""
 
     buckets: list[int] = field(default_factory=lambda: [0] * (len(PARSE_BUCKETS_S) + 1))
     parsed: int = 0
@@ -56,6 +57,7 @@ class PageStats:
     backlog: int = 0
     limit_hits: dict[str, int] = field(
         default_factory=lambda: dict.fromkeys((k.value for k in LimitKind), 0))
+    filter_errors: dict[str, int] = field(default_factory=dict)
 
     def parse_took(self, seconds: float) -> None:
         self.parsed += 1
@@ -76,10 +78,14 @@ class FetchContext:
     url_policy: UrlPolicy | None = None  # urls.drop_query_params
     stats: PageStats = field(default_factory=PageStats)  # the task's, for its metrics
     # The task's parse stage (udfs/parse_stage.py: parser processes under the `parse`
-    # limits). None: pages are parsed in this process, on the caller's loop (unit tests
-    # and tools only; the fetcher job always has a stage).
+    # limits, and the parse filters). None: pages are parsed in this process, on the
+    # caller's loop, with no parse filters (unit tests and tools only; the fetcher job
+    # always has a stage).
     parser: Any = None
     warc: Any = None  # the task's WarcWriter (udfs/warc_writer.py); None: no WARC kept
+    # Set by process_lease: (filter name, "Type: message") when a parse filter raised on
+    # this lease's page (the fetcher sends a dead letter; the page is kept).
+    parse_filter_error: tuple[str, str] | None = None
 
 
 def _discovered(host_key: str, source: str, parent: str, depth: int, now_ms: int,
@@ -163,6 +169,10 @@ async def process_lease(lease: dict[str, Any], ctx: FetchContext
             seconds, page = result.seconds, result.page
             if result.limit is not None:
                 stats.limit_hits[result.limit.value] += 1
+            if result.filter_error is not None:
+                ctx.parse_filter_error = result.filter_error
+                name = result.filter_error[0]
+                stats.filter_errors[name] = stats.filter_errors.get(name, 0) + 1
         else:
             if ctx.faults is not None:
                 ctx.faults.stall_parse()

@@ -124,13 +124,14 @@ class FetchFunction(AsyncFunction):
 
         self.parser = ParseStage(
             ParseLimits.from_config(cfg["parse"]), self.user_agent, self.url_policy,
-            parse_delay_s=self.faults.parse_delay_s if self.faults is not None else 0.0)
+            parse_delay_s=self.faults.parse_delay_s if self.faults is not None else 0.0,
+            filters=cfg["parse.filters"])
         self.warc = self._warc_writer(cfg, runtime_context)
         if self.warc is not None:  # what writers of this crawl that died here left
             self.warc.start_recovery()
         self._warc_roll = None  # the last age check handed to the writer
         self._warc_checked = time.monotonic()
-        self._metrics(runtime_context.get_metrics_group())
+        self._metrics(runtime_context.get_metrics_group(), cfg["parse.filters"])
 
     def _warc_writer(self, cfg: Config, runtime_context):
         """The task's WARC writer (warc.enabled), one per subtask: its files are named
@@ -165,11 +166,12 @@ class FetchFunction(AsyncFunction):
             self._warc_checked = now
             self._warc_roll = self.warc.submit(self.warc.roll_if_due)
 
-    def _metrics(self, group) -> None:
+    def _metrics(self, group, parse_filters: list[str]) -> None:
         """The fetcher's metrics: fetches and robots.txt fetches by outcome class, bytes
         fetched and stored, requests started, the politeness self-check's breaches by
         rule (it must read 0), the parse time per page as a histogram, the pages
-        waiting to be parsed and the parses cut short by a limit, by kind. Totals kept
+        waiting to be parsed, the parses cut short by a limit, by kind, and the pages on
+        which a parse filter raised, by filter (parse.filters: a fixed set). Totals kept
         here and exported as gauges: the engine's thread counts them, and PyFlink reads
         gauges on its own thread at each bundle's end (counters there are thread-bound).
         Label sets are fixed: no per-host series."""
@@ -195,6 +197,12 @@ class FetchFunction(AsyncFunction):
         for kind in self.pages.limit_hits:
             group.add_group("kind", kind).gauge(
                 "parse_limit_hits_total", lambda kind=kind: self.pages.limit_hits[kind])
+        from udfs.core.parsefilters import filter_names
+
+        for name in filter_names(parse_filters):
+            group.add_group("filter", name).gauge(
+                "parse_filter_errors_total",
+                lambda name=name: self.pages.filter_errors.get(name, 0))
         group.gauge("bytes_stored_total", lambda: self.pages.stored_bytes)
         for rule in BREACHES:
             group.add_group("rule", rule).gauge(
@@ -414,6 +422,15 @@ class FetchFunction(AsyncFunction):
                 self.reg, stage="fetcher.parse", reason=completion["error"] or "",
                 error_type=completion["outcome"], payload=raw, url=lease["url"],
                 host_key=host, now_ms=int(time.time() * 1000))))
+        if ctx.parse_filter_error is not None:
+            # A parse filter raised: the page was kept (as the filters before it left it);
+            # the filter's bug goes to its author with the URL (the lease as payload).
+            name, error = ctx.parse_filter_error
+            out.append(Row("X", host.encode(), dead_letter(
+                self.reg, stage="fetcher.parse_filter",
+                reason=f"parse filter {name} raised {error}", error_type="ParseFilterError",
+                payload=raw, url=lease["url"], host_key=host,
+                now_ms=int(time.time() * 1000))))
         if self.faults is not None and self.faults.drops_completion(lease["url"]):
             out = []
         out += [Row("D", d["host_key"].encode(), self.reg.encode("discovered", d, check=False))

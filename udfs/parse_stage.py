@@ -21,6 +21,11 @@ Limits (udfs.core.parse.ParseLimits, the `parse` configuration section):
 * `max_waiting`: pages waiting for (or in) a parser; the fetcher takes no new lease
   while `full()`.
 
+The user's parse filters (`parse.filters`, udfs/core/parsefilters.py) run in the parser
+process right after parse_html, under the same limits; each process loads them once,
+when it starts. A filter that raised is reported in the ParseResult (`filter_error`)
+beside the page, which keeps what the filters before it returned.
+
 Nothing here fails the task: every page gets a ParseResult. A parser is SIGKILLed
 when its task's process dies (PR_SET_PDEATHSIG), even in the middle of a parse.
 """
@@ -36,6 +41,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from queue import SimpleQueue
@@ -63,6 +69,8 @@ class ParseResult:
     limit: LimitKind | None = None
     error: str | None = None
     seconds: float = 0.0
+    # (filter name, "Type: message") when a parse filter raised on this page
+    filter_error: tuple[str, str] | None = None
 
 
 def _write_frame(f, obj: Any) -> None:
@@ -86,7 +94,7 @@ class _Parser:
     """One parser process and the parent's end of its pipes."""
 
     def __init__(self, limits: ParseLimits, user_agent: str, drop_params: tuple[str, ...],
-                 parse_delay_s: float) -> None:
+                 parse_delay_s: float, filters: tuple[str, ...] = ()) -> None:
         env = dict(os.environ)
         # The task's import path (PyFlink's worker adds the job's files to sys.path).
         env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
@@ -97,11 +105,15 @@ class _Parser:
         self.fd = self.proc.stdout.fileno()
         self.buf = bytearray()
         _write_frame(self.proc.stdin, (user_agent, drop_params, limits.max_bytes,
-                                       limits.max_links, parse_delay_s))
-        # Ready once its imports are done: their CPU time is not charged to a page.
-        if self.receive(60.0) != ("ready", None):
+                                       limits.max_links, parse_delay_s, filters))
+        # Ready once its imports (the parse filters' included) are done: their CPU time
+        # is not charged to a page.
+        reply = self.receive(60.0)
+        if reply != ("ready", None):
             self.kill()
-            raise RuntimeError(f"a parser process did not start ({self.exit_detail()})")
+            why = reply[1] if isinstance(reply, tuple) and reply[0] == "failed" \
+                else self.exit_detail()
+            raise RuntimeError(f"a parser process did not start ({why})")
 
     def cpu_s(self) -> float:
         """CPU seconds (user + system) the process has used; 0.0 when it is gone."""
@@ -162,9 +174,11 @@ class ParseStage:
     """The parser processes of one fetcher task and the threads that wait for them."""
 
     def __init__(self, limits: ParseLimits, user_agent: str,
-                 url_policy: UrlPolicy | None = None, parse_delay_s: float = 0.0) -> None:
+                 url_policy: UrlPolicy | None = None, parse_delay_s: float = 0.0,
+                 filters: Sequence[str] = ()) -> None:
         self.limits = limits
         self.user_agent = user_agent
+        self.filters = tuple(filters)  # parse.filters entries, loaded by each parser
         self.drop_params = tuple(url_policy.drop_params) if url_policy else ()
         self.parse_delay_s = parse_delay_s
         self.executor = ThreadPoolExecutor(limits.workers, thread_name_prefix="parse")
@@ -197,7 +211,8 @@ class ParseStage:
                 self.waiting -= 1
 
     def _start(self) -> _Parser:
-        parser = _Parser(self.limits, self.user_agent, self.drop_params, self.parse_delay_s)
+        parser = _Parser(self.limits, self.user_agent, self.drop_params, self.parse_delay_s,
+                         self.filters)
         with self._lock:
             self._live.add(parser)
             self.started += 1
@@ -247,7 +262,9 @@ class ParseStage:
             if status == "error":
                 return ParseResult(None, None, f"parser error: {value}",
                                    time.monotonic() - started)
-            return ParseResult(value, seconds=time.monotonic() - started)
+            page, filter_error = value
+            return ParseResult(page, seconds=time.monotonic() - started,
+                               filter_error=filter_error)
         finally:
             self._idle.put(parser)
 
@@ -294,6 +311,7 @@ def _child(memory_mb: int, parent: int) -> None:
     sys.stdout = sys.stderr  # nothing printed may corrupt the replies
 
     from udfs.core.parse import parse_html
+    from udfs.core.parsefilters import Page, apply_chain, load_filters
 
     def read() -> Any:
         head = _read_exact(inp, _LEN.size)
@@ -305,8 +323,13 @@ def _child(memory_mb: int, parent: int) -> None:
     setup = read()
     if setup is None:
         return
-    user_agent, drop_params, max_bytes, max_links, delay_s = setup
+    user_agent, drop_params, max_bytes, max_links, delay_s, entries = setup
     policy = UrlPolicy(tuple(drop_params)) if drop_params else None
+    try:
+        chain = load_filters(entries)  # once per process, not per page
+    except Exception as exc:  # noqa: BLE001 - the parent reports it
+        _write_frame(out, ("failed", f"parse.filters: {exc}"[:1000]))
+        return
     parse_html(b"<p>warm</p>", "http://warm.test/")  # lxml's first call costs too
     _write_frame(out, ("ready", None))
     while True:
@@ -324,8 +347,10 @@ def _child(memory_mb: int, parent: int) -> None:
             page = parse_html(body, url, headers=headers, user_agent=user_agent,
                               max_bytes=max_bytes, max_links=max_links, url_policy=policy)
             page.truncated = page.truncated or cut
+            failure = apply_chain(chain, url, page, Page(tuple(map(tuple, headers)), body),
+                                  policy, max_links) if chain else None
             page.text = ""  # not sent back: the hash and SimHash carry it
-            reply: tuple = ("ok", page)
+            reply: tuple = ("ok", (page, failure))
         except MemoryError:
             reply = ("memory", "MemoryError")
         except Exception as exc:  # noqa: BLE001 - reported, the page is skipped

@@ -1314,6 +1314,22 @@ def p_links(path: str):
     return probe
 
 
+class DropNextLinks:
+    """A user's parse filter (parse.filters): drops a page's links to /next."""
+
+    def filter(self, url: str, parse: Any, page: Any) -> Any:
+        from dataclasses import replace
+
+        return replace(parse, links=tuple(u for u in parse.links if "/next" not in u))
+
+
+def p_page_links(cfg, w):
+    """The links the fetcher sends to crawl.discovered for /page (its parser processes
+    run the parse filters)."""
+    base = w.url("")
+    return tuple(u.replace(base, "") for u in fetch_once(cfg, w, w.url("/page")).links)
+
+
 def p_parsers(cfg, w):
     """Parser processes the fetcher task started for three pages fetched at once."""
     job = FetcherJob(cfg, w)
@@ -2010,6 +2026,12 @@ EFFECTS: dict[str, Effect] = {
     "parse.max_links": Effect(p_links("/hostile/links/40"), 3,
                               lambda d, c, ch: (d, c) == (("OK", 40), ("OK", 3)),
                               base=tuple(LOOPBACK_NETS)),
+    "parse.filters": Effect(
+        p_page_links, ["tests.unit.test_config_keys:DropNextLinks"],
+        lambda d, c, ch: any("/next" in u for u in d)
+        and c == tuple(u for u in d if "/next" not in u) and len(c) == len(d) - 1,
+        "a link the filter drops is not sent to crawl.discovered; the others are",
+        base=tuple(LOOPBACK_NETS)),
     "parse.max_waiting": Effect(p_parse_backpressure, 1, lambda d, c, ch: (d, c) == (True, False),
                                 "no new lease is taken while max_waiting pages wait",
                                 base=(*LOOPBACK_NETS, "faults.parse_delay_s=0.6")),

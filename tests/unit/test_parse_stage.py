@@ -138,6 +138,101 @@ def test_the_event_loop_runs_on_while_pages_parse_and_full_bounds_the_wait(stage
     assert ticks >= took / 0.01 * 0.5  # the loop was never held by the parse
 
 
+STAGE_FILTERS = """
+import os, time
+from dataclasses import replace
+
+BUILT = 0
+
+class Mark:
+    \"\"\"Drops /y links and adds one naming the process it ran in and how many times
+    this class was built there.\"\"\"
+    def __init__(self):
+        global BUILT
+        BUILT += 1
+    def filter(self, url, parse, page):
+        return replace(parse, links=(*[u for u in parse.links if "/y" not in u],
+                                     f"/pid/{os.getpid()}/built/{BUILT}"),
+                       text=parse.text.upper())
+
+class Broken:
+    def filter(self, url, parse, page):
+        raise ValueError(f"no luck with {url}")
+
+class Spin:
+    def filter(self, url, parse, page):
+        while True:
+            pass
+"""
+
+
+@pytest.fixture
+def stage_filters(tmp_path, monkeypatch):
+    """A parse filter module outside the package; the parser processes find it through the
+    task's sys.path (as they find a user's module in a job)."""
+    (tmp_path / "stage_filters.py").write_text(STAGE_FILTERS)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    return "stage_filters"
+
+
+def filtered_stage(made, filters, **kw) -> ParseStage:
+    stage = ParseStage(ParseLimits(**kw), "FlinkCrawler", filters=filters)
+    made.append(stage)
+    return stage
+
+
+@pytest.fixture
+def stages():
+    made: list[ParseStage] = []
+    yield made
+    for stage in made:
+        stage.close()
+
+
+def test_the_parse_filters_run_in_the_parser_process_loaded_once(stage_filters, stages):
+    from udfs.core.fingerprints import text_hash
+
+    stage = filtered_stage(stages, ["stage_filters:Mark"], workers=1)
+
+    async def go():
+        return [await stage.parse(GOOD_PAGE, f"http://a.test/{i}", []) for i in range(2)]
+
+    results = run(go())
+    (parser,) = stage._live
+    assert parser.proc.pid != os.getpid()
+    for i, result in enumerate(results):
+        assert result.filter_error is None
+        # /y dropped, the added link names the parser process and one build of the class
+        assert result.page.links == ["http://a.test/x",
+                                     f"http://a.test/pid/{parser.proc.pid}/built/1"], i
+        assert result.page.text_sha256 == text_hash("X Y HELLO")  # the filtered text
+    # Without filters: the same page as before this feature.
+    plain = filtered_stage(stages, [], workers=1)
+    page = run(plain.parse(GOOD_PAGE, "http://a.test/", [])).page
+    assert page.links == ["http://a.test/x", "http://a.test/y"]
+    assert page.text_sha256 == text_hash("x y hello")
+
+
+def test_a_raising_filter_is_reported_and_the_page_kept(stage_filters, stages):
+    stage = filtered_stage(stages, ["stage_filters:Mark", "stage_filters:Broken"], workers=1)
+    result = run(stage.parse(GOOD_PAGE, "http://a.test/", []))
+    assert result.limit is None and result.error is None
+    assert result.filter_error == ("Broken", "ValueError: no luck with http://a.test/")
+    assert result.page.links[0] == "http://a.test/x" and len(result.page.links) == 2
+
+
+def test_a_slow_filter_counts_against_the_pages_cpu_limit(stage_filters, stages):
+    stage = filtered_stage(stages, ["stage_filters:Spin"], workers=1, cpu_limit_s=0.5)
+    result = run(stage.parse(GOOD_PAGE, "http://a.test/", []))
+    assert result.limit is LimitKind.TIMEOUT and result.page is None
+
+
+def test_a_parser_whose_filters_do_not_load_says_why(stages):
+    stage = filtered_stage(stages, ["no_such_filter_module:X"], workers=1)
+    with pytest.raises(RuntimeError, match="cannot import no_such_filter_module"):
+        run(stage.parse(GOOD_PAGE, "http://a.test/", []))
+
+
 HOLDER = """
 import asyncio, sys, time
 from udfs.core.parse import ParseLimits

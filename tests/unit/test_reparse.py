@@ -4,6 +4,8 @@ crawler/reparse.py). No network: the records are written by the WARC writer here
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 
 from crawler.cli import main
@@ -132,3 +134,43 @@ def test_dry_run_sends_nothing_and_bad_arguments_exit_2(tmp_path, capsys):
         assert main(["reparse", *bad, *flags]) == 2
         err = capsys.readouterr().err
         assert said in err and len(err.strip().splitlines()) == 1
+
+
+REPARSE_FILTERS = '''
+from dataclasses import replace
+
+class DropB:
+    """Drops links to b.test and adds /from-filter (resolved against the page)."""
+    def filter(self, url, parse, page):
+        return replace(parse, links=(*[u for u in parse.links if "b.test" not in u],
+                                     "/from-filter"))
+
+class FailOnOld:
+    def filter(self, url, parse, page):
+        if url.endswith("/old"):
+            raise KeyError("old")
+        return parse
+'''
+
+
+def test_reparse_applies_the_parse_filters(tmp_path, monkeypatch):
+    (tmp_path / "reparse_filters.py").write_text(REPARSE_FILTERS)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    store = crawl_store(tmp_path)
+    plain = reparse(load_config([], overrides=settings(tmp_path)), store, None)
+    cfg = load_config([], overrides=settings(
+        tmp_path, 'parse.filters=["reparse_filters:FailOnOld", "reparse_filters:DropB"]'))
+    sent: list[dict] = []
+    report = reparse(cfg, store, lambda k, r: sent.append(r))
+    links = {}
+    for rec in sent:
+        links.setdefault(rec["parent_url"], []).extend(u["url"] for u in rec["links"])
+    assert "http://b.test/x" in plain.distinct and "http://b.test/x" not in report.distinct
+    assert sorted(links["http://a.test/"]) == [
+        "http://a.test/1", "http://a.test/2", "http://a.test/3", "http://a.test/from-filter"]
+    # FailOnOld raised on /old: DropB did not run there; the page's links still went out.
+    assert links["http://a.test/old"] == ["http://a.test/4"]
+    assert report.filter_errors == [("http://a.test/old", "FailOnOld", "KeyError: 'old'")]
+    assert "a parse filter raised on 1 pages (first: FailOnOld on http://a.test/old" in \
+        report.summary(False, "t")
+    sys.modules.pop("reparse_filters", None)

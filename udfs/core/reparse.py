@@ -3,7 +3,8 @@ carry their links back to the frontier.
 
 A reparse reads a crawl's published WARC files, never a site: each page's newest
 response record (or identical-payload revisit, whose payload is in the response record
-it refers to) is parsed again with the configured parser settings, and its links go to
+it refers to) is parsed again with the configured parser settings and parse filters
+(parse.filters, udfs/core/parsefilters.py), and its links go to
 crawl.discovered as DiscoveredUrls records of the same shape the fetcher sends (source
 LINK, one record per target host, depth = the fetch's depth + 1). The frontier keeps
 each URL once, so links it already knows change nothing and new ones are crawled.

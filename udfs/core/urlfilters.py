@@ -47,14 +47,16 @@ class UrlFilter(Protocol):
 
 
 class FilterError(ValueError):
-    """A `urls.filters` entry that cannot be loaded; the message says which and why."""
+    """A `urls.filters` (or `parse.filters`) entry that cannot be loaded; the message says
+    which and why."""
 
 
 _ENTRY = re.compile(r"^(?P<target>[A-Za-z_][\w.]*(?::[A-Za-z_]\w*)?)(?P<params>(?:\s+\S+)*)\s*$")
 
 
 def parse_entry(entry: str) -> tuple[str, str, dict[str, Any]]:
-    """("module", "Class", params) of one `urls.filters` entry, or FilterError."""
+    """("module", "Class", params) of one `urls.filters` or `parse.filters` entry, or
+    FilterError."""
     m = _ENTRY.match(entry.strip())
     if not m:
         raise FilterError(f"{entry!r} is not 'module:Class [key=value ...]'")
@@ -79,6 +81,15 @@ def parse_entry(entry: str) -> tuple[str, str, dict[str, Any]]:
 
 def load_filter(entry: str) -> UrlFilter:
     """Import and build one filter; FilterError with the reason if it cannot be."""
+    return build(entry, "filter(url, link)")
+
+
+def build(entry: str, method: str) -> Any:
+    """Import and build the object of one filter entry, which must have `method` (given
+    as "name(arg, ...)": its name and arguments); FilterError with the reason if not.
+    Shared by the URL filters and the parse filters (udfs/core/parsefilters.py)."""
+    name, _, args = method.partition("(")
+    arity = len([a for a in args.rstrip(")").split(",") if a.strip()])
     module_name, cls_name, params = parse_entry(entry)
     try:
         module = importlib.import_module(module_name)
@@ -93,9 +104,9 @@ def load_filter(entry: str) -> UrlFilter:
     except Exception as exc:
         raise FilterError(f"{entry!r}: {cls_name}({', '.join(params)}) failed: "
                           f"{type(exc).__name__}: {exc}") from None
-    method = getattr(instance, "filter", None)
-    if not callable(method) or len(inspect.signature(method).parameters) != 2:
-        raise FilterError(f"{entry!r}: {cls_name} has no method filter(url, link)")
+    bound = getattr(instance, name, None)
+    if not callable(bound) or len(inspect.signature(bound).parameters) != arity:
+        raise FilterError(f"{entry!r}: {cls_name} has no method {method}")
     return instance
 
 
