@@ -44,6 +44,7 @@ from crawler.control import send_command
 from crawler.local import LocalStack
 from crawler.run import Watcher, publish_seeds, synthetic_overrides
 from crawler.synthetic_web import SyntheticWeb, build_sites
+from crawler.warc_tool import verify
 from udfs.config import TOPIC_KEYS, load_config
 from udfs.core.partitioning import host_subtask
 from udfs.faults import injected
@@ -276,6 +277,9 @@ def test_crawl_survives_kill_9_upgrade_rescale_and_fetcher_faults(cfg, fresh_top
             ok = f"{type(exc).__name__}: {exc}"
         if ok is not True:
             warc_bad.append((e["url"], e["warc_filename"], ok))
+    # No truncated published file, no record published twice (warcio's check of every
+    # file, each CDXJ against its file, record ids unique across files).
+    warc_verdict = verify(store, run_cfg["warc.prefix"])
 
     # Which subtask owns each host that leased after the rescale, by Flink's key-group
     # arithmetic (udfs/core/partitioning.py, checked against Flink's own classes).
@@ -342,12 +346,14 @@ def test_crawl_survives_kill_9_upgrade_rescale_and_fetcher_faults(cfg, fresh_top
           f" s); the slowed host's smallest gap after its command "
           f"{min(slowed_gaps, default=None)} s over {len(slowed_gaps)} gaps; "
           f"WARC records read back {len(watcher.events) - len(warc_bad)} of "
-          f"{len(watcher.events)}; " + "; ".join(disruptions))
+          f"{len(watcher.events)}, {warc_verdict.files} files / {warc_verdict.records} "
+          f"records verified; " + "; ".join(disruptions))
     assert expected <= watcher.progress.urls
     assert while_paused == [], f"the paused host was fetched: {while_paused}"
     assert len(slowed_gaps) >= 3 and min(slowed_gaps) >= SLOW_GAP_S, slowed_gaps
     assert duplicates == 0, "an (url_id, url_version) was indexed twice"
     assert warc_bad == [], f"index events whose WARC record does not read back: {warc_bad[:5]}"
+    assert warc_verdict.files >= 1 and warc_verdict.problems == [], warc_verdict.problems[:5]
     assert violations == dict.fromkeys(violations, 0), violations
     assert out_of_order == {}, "a host's lease counter went back between restores: two owners"
     assert pending and stuck == set(), f"hosts that never leased after the restore: {stuck}"
