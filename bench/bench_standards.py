@@ -1,5 +1,7 @@
 """Web-standards layer throughput: normalize_url, is_allowed, sitemap parsing, and
-parse_html (the parser's pages per second on one core: `crawl plan`'s parser figure).
+parse_html (the parser's pages per second on one core: `crawl plan`'s parser figure),
+and the CPU a fetcher spends keeping one page (its WARC records and its raw/ copy: part
+of `crawl plan`'s fetcher figure, which grows with the body).
 
     python bench/bench_standards.py
 
@@ -10,6 +12,7 @@ urllib.robotparser, a whole-tree lxml parse) so the ratio is what to compare.
 from __future__ import annotations
 
 import gzip
+import hashlib
 import random
 import sys
 import urllib.robotparser
@@ -24,6 +27,7 @@ from udfs.core.parse import parse_html  # noqa: E402
 from udfs.core.robots import parse_robots  # noqa: E402
 from udfs.core.sitemaps import parse_sitemap  # noqa: E402
 from udfs.core.urls import normalize_url  # noqa: E402
+from udfs.warc import Exchange, Fetch, build_records  # noqa: E402
 
 rng = random.Random(7)
 
@@ -171,8 +175,31 @@ def bench_parse() -> list[tuple[str, str]]:
     return rows
 
 
+def keep_page(body: bytes) -> int:
+    """What the fetcher does with one fetched body besides fetching and parsing it: its
+    SHA-256, its WARC response and request records (one gzip member each, level 6), and
+    its content-addressed raw/ copy (gzip level 6, udfs/storage.py). Bytes written."""
+    sha = hashlib.sha256(body).hexdigest()
+    ex = Exchange(method="GET", target="/a/page", request_headers=[("Host", "site.example")],
+                  version="HTTP/1.1", status=200, reason="OK",
+                  response_headers=[("Content-Type", "text/html; charset=utf-8"),
+                                    ("Content-Length", str(len(body)))], payload=body)
+    f = Fetch("https://site.example/a/page", "L1", 1, 0, 1_700_000_000_000, ex, sha)
+    return sum(len(r.data) for r in build_records(f)) + len(gzip.compress(body, 6))
+
+
+def bench_keep() -> list[tuple[str, str]]:
+    rows = []
+    for size in (20_000, 200_000):
+        body = html_page(size)
+        calls, secs = timed(lambda b=body: keep_page(b), min_seconds=2, max_rounds=2000)
+        rows.append((f"keep a page (SHA-256, WARC records, raw/ copy), {len(body) // 1000} KB",
+                     f"{calls / secs:,.1f} pages/s ({secs / calls * 1000:.2f} ms per page)"))
+    return rows
+
+
 def main() -> None:
-    rows = bench_urls() + bench_robots() + bench_sitemaps() + bench_parse()
+    rows = bench_urls() + bench_robots() + bench_sitemaps() + bench_parse() + bench_keep()
     record("standards", "Web-standards layer (udfs/core: urls, robots, sitemaps, parse)", rows,
            notes="Single core, pure Python over ada-url (C++) and lxml (C). robotparser is "
                  "timed on the first 500 paths only (it scans every rule per check).")
