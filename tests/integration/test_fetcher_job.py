@@ -24,6 +24,20 @@ def _lease(url, host_key, kind="PAGE", lease_id="L", expires_in_s=300):
             "last_modified": None}
 
 
+def fetcher_overrides(web, tmp_path, topics: tuple[str, str, str, str], port: int
+                      ) -> list[str]:
+    """The fetcher job's settings for a test: its topics (leases, completions,
+    discovered, dead letters), 1 s checkpoints, no restarts, the synthetic web's names on
+    loopback, objects under tmp_path, metrics on `port`."""
+    leases, comps, disc, dlq = topics
+    return [f"topics.leases.name={leases}", f"topics.completions.name={comps}",
+            f"topics.discovered.name={disc}", f"topics.deadletter.name={dlq}",
+            "flink.checkpoint_interval_ms=1000", "flink.restart_strategy=none",
+            "fetch.allowed_networks=[127.0.0.0/8]",
+            f"fetch.static_hosts=[{','.join(web.static_hosts())}]",
+            f"storage.local_dir={tmp_path / 'objects'}", f"metrics.fetcher_port={port}"]
+
+
 def _read(cfg, topic, schema, until, timeout_s=120.0):
     consumer = KafkaConsumer(topic, bootstrap_servers=cfg["kafka.bootstrap_servers"],
                              auto_offset_reset="earliest", enable_auto_commit=False,
@@ -44,12 +58,7 @@ def test_fetcher_job_fetches_stores_and_reports(cfg, fresh_topics, tmp_path):
     web.start()
     leases, comps, disc, dlq = fresh_topics("leases", "comps", "disc", "dlq")
     port = free_port()
-    overrides = [f"topics.leases.name={leases}", f"topics.completions.name={comps}",
-                 f"topics.discovered.name={disc}", f"topics.deadletter.name={dlq}",
-                 "flink.checkpoint_interval_ms=1000", "flink.restart_strategy=none",
-                 "fetch.allowed_networks=[127.0.0.0/8]",
-                 f"fetch.static_hosts=[{','.join(web.static_hosts())}]",
-                 f"storage.local_dir={tmp_path / 'objects'}", f"metrics.fetcher_port={port}"]
+    overrides = fetcher_overrides(web, tmp_path, (leases, comps, disc, dlq), port)
     # Its own process group, output to a log file (a pipe nobody reads could fill up).
     job = JobProcess("fetcher", overrides, tmp_path / "fetcher.log")
     job.start()

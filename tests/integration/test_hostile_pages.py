@@ -12,7 +12,7 @@ from crawler.run import JobProcess
 from crawler.status import get_json
 from crawler.synthetic_web import HOSTILE_PAGES, SyntheticWeb, build_sites
 from tests.integration.conftest import free_port, metric, wait_for_metric
-from tests.integration.test_fetcher_job import REG, _lease, _read
+from tests.integration.test_fetcher_job import REG, _lease, _read, fetcher_overrides
 
 
 def test_hostile_pages_end_cleanly_and_other_hosts_are_fetched(cfg, fresh_topics, tmp_path):
@@ -21,14 +21,8 @@ def test_hostile_pages_end_cleanly_and_other_hosts_are_fetched(cfg, fresh_topics
     web.start()
     leases, comps, disc, dlq = fresh_topics("leases", "comps", "disc", "dlq")
     port, rest = free_port(), free_port()
-    overrides = [f"topics.leases.name={leases}", f"topics.completions.name={comps}",
-                 f"topics.discovered.name={disc}", f"topics.deadletter.name={dlq}",
-                 "flink.checkpoint_interval_ms=1000", "flink.restart_strategy=none",
-                 "fetch.allowed_networks=[127.0.0.0/8]",
-                 f"fetch.static_hosts=[{','.join(web.static_hosts())}]",
-                 f"storage.local_dir={tmp_path / 'objects'}", f"metrics.fetcher_port={port}",
-                 "parse.cpu_limit_s=1.0", "parse.workers=2",
-                 f"flink.local_rest_port={rest}"]
+    overrides = fetcher_overrides(web, tmp_path, (leases, comps, disc, dlq), port) + [
+        "parse.cpu_limit_s=1.0", "parse.workers=2", f"flink.local_rest_port={rest}"]
     job = JobProcess("fetcher", overrides, tmp_path / "fetcher.log")
     job.start()
     try:

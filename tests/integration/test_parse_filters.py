@@ -14,7 +14,7 @@ from kafka import KafkaProducer
 from crawler.run import JobProcess
 from crawler.synthetic_web import SyntheticWeb, build_sites
 from tests.integration.conftest import free_port, metric, wait_for_metric
-from tests.integration.test_fetcher_job import REG, _lease, _read
+from tests.integration.test_fetcher_job import REG, _lease, _read, fetcher_overrides
 
 FILTERS = textwrap.dedent('''
     from dataclasses import replace
@@ -49,15 +49,10 @@ def test_user_parse_filters_in_the_fetcher_job(cfg, fresh_topics, tmp_path, monk
     web.start()
     leases, comps, disc, dlq = fresh_topics("leases", "comps", "disc", "dlq")
     port = free_port()
-    overrides = [f"topics.leases.name={leases}", f"topics.completions.name={comps}",
-                 f"topics.discovered.name={disc}", f"topics.deadletter.name={dlq}",
-                 "flink.checkpoint_interval_ms=1000", "flink.restart_strategy=none",
-                 "fetch.allowed_networks=[127.0.0.0/8]",
-                 f"fetch.static_hosts=[{','.join(web.static_hosts())}]",
-                 f"storage.local_dir={tmp_path / 'objects'}", f"metrics.fetcher_port={port}",
-                 "parse.workers=1",
-                 'parse.filters=["site_parse_filters:DropLinks pattern=/cal/", '
-                 '"site_parse_filters:Fragile", "site_parse_filters:AddLink"]']
+    overrides = fetcher_overrides(web, tmp_path, (leases, comps, disc, dlq), port) + [
+        "parse.workers=1",
+        'parse.filters=["site_parse_filters:DropLinks pattern=/cal/", '
+        '"site_parse_filters:Fragile", "site_parse_filters:AddLink"]']
     job = JobProcess("fetcher", overrides, tmp_path / "fetcher.log")
     job.start()
     try:

@@ -55,7 +55,7 @@ from typing import Protocol
 
 from udfs.core.fingerprints import simhash64, text_hash
 from udfs.core.parse import ParsedPage
-from udfs.core.urlfilters import FilterError, build, parse_entry
+from udfs.core.urlfilters import FilterError, build, build_chain, chain_problem, parse_entry
 from udfs.core.urls import UrlPolicy, normalize_url
 
 __all__ = ["FilterError", "Page", "Parse", "ParseFilter", "apply_chain", "check_entries",
@@ -96,7 +96,7 @@ def load_filter(entry: str) -> ParseFilter:
 
 def load_filters(entries: Sequence[str]) -> list[tuple[str, ParseFilter]]:
     """(name, filter) for each entry, in order; the name is the class's (for metrics)."""
-    return [(parse_entry(e)[1], load_filter(e)) for e in entries]
+    return build_chain(entries, METHOD)
 
 
 def filter_names(entries: Sequence[str]) -> list[str]:
@@ -106,11 +106,7 @@ def filter_names(entries: Sequence[str]) -> list[str]:
 
 def check_entries(entries: Sequence[str]) -> str | None:
     """The configuration rule: None if every entry loads, else the first reason."""
-    try:
-        load_filters(entries)
-    except FilterError as exc:
-        return str(exc)
-    return None
+    return chain_problem(entries, METHOD)
 
 
 def _links(links: Sequence[str], url: str, policy: UrlPolicy | None, max_links: int

@@ -46,6 +46,9 @@ class UrlFilter(Protocol):
     def filter(self, url: str, link: Link) -> str | None: ...
 
 
+METHOD = "filter(url, link)"
+
+
 class FilterError(ValueError):
     """A `urls.filters` (or `parse.filters`) entry that cannot be loaded; the message says
     which and why."""
@@ -81,7 +84,7 @@ def parse_entry(entry: str) -> tuple[str, str, dict[str, Any]]:
 
 def load_filter(entry: str) -> UrlFilter:
     """Import and build one filter; FilterError with the reason if it cannot be."""
-    return build(entry, "filter(url, link)")
+    return build(entry, METHOD)
 
 
 def build(entry: str, method: str) -> Any:
@@ -112,13 +115,24 @@ def build(entry: str, method: str) -> Any:
 
 def load_filters(entries: Sequence[str]) -> list[tuple[str, UrlFilter]]:
     """(name, filter) for each entry, in order; the name is the class's (for metrics)."""
-    return [(parse_entry(e)[1], load_filter(e)) for e in entries]
+    return build_chain(entries, METHOD)
 
 
 def check_entries(entries: Sequence[str]) -> str | None:
     """The configuration rule: None if every entry loads, else the first reason."""
+    return chain_problem(entries, METHOD)
+
+
+def build_chain(entries: Sequence[str], method: str) -> list[tuple[str, Any]]:
+    """(class name, object) of each entry, in order, each built by `build`."""
+    return [(parse_entry(e)[1], build(e, method)) for e in entries]
+
+
+def chain_problem(entries: Sequence[str], method: str) -> str | None:
+    """None if every entry builds, else the first entry's reason (a configuration
+    rule: shared by urls.filters and parse.filters)."""
     try:
-        load_filters(entries)
+        build_chain(entries, method)
     except FilterError as exc:
         return str(exc)
     return None
