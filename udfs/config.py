@@ -269,6 +269,7 @@ _RULES: dict[str, Callable[[Any], str | None]] = {
     "flink.checkpoint_interval_ms": _between(100, 60000, "durability within 60 s needs <= 60000"),
     "flink.restart_strategy": _one_of("none", "fixed-delay"),
     "flink.state_backend": _one_of("hashmap", "rocksdb"),
+    "flink.rocksdb_uncompressed_levels": _between(0, 7, "RocksDB has 7 levels"),
     "flink.checkpoints_retained": _between(1, 100),
     "flink.restart_attempts": _at_least(0),
     "flink.restart_delay_ms": _at_least(0),

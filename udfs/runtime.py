@@ -67,6 +67,16 @@ def checkpoint_uri(cfg: Config) -> str:
     return where if "://" in where else Path(where).resolve().as_uri()
 
 
+ROCKSDB_LEVELS = 7  # RocksDB's default num_levels, which Flink keeps
+
+
+def rocksdb_compression(uncompressed_levels: int) -> str:
+    """Flink's state.backend.rocksdb.compression.per.level: the top levels plain, the
+    rest Snappy (Flink's default for every level)."""
+    n = max(0, min(uncompressed_levels, ROCKSDB_LEVELS))
+    return ";".join(["NO_COMPRESSION"] * n + ["SNAPPY_COMPRESSION"] * (ROCKSDB_LEVELS - n))
+
+
 def make_env(cfg: Config, *, thread_mode: bool = False, bundle_size: int | None = None,
              bundle_time_ms: int | None = None, restore_from: str | None = None,
              metrics_port: int = 0) -> StreamExecutionEnvironment:
@@ -142,6 +152,8 @@ def make_env(cfg: Config, *, thread_mode: bool = False, bundle_size: int | None 
     conf.set_string("state.backend.type", cfg["flink.state_backend"])
     if cfg["flink.state_backend"] == "rocksdb":
         conf.set_string("execution.checkpointing.incremental", "true")
+        conf.set_string("state.backend.rocksdb.compression.per.level",
+                        rocksdb_compression(cfg["flink.rocksdb_uncompressed_levels"]))
     if cfg["flink.restart_strategy"] == "none":
         conf.set_string("restart-strategy.type", "none")
     else:

@@ -2132,6 +2132,9 @@ EFFECTS: dict[str, Effect] = {
                                    both_jobs("execution.checkpointing.dir", "s3://bucket/ckpt")),
     "flink.state_backend": Effect(p_flink, "hashmap",
                                   both_jobs("state.backend.type", "hashmap")),
+    "flink.rocksdb_uncompressed_levels": Effect(
+        p_flink, 0, both_jobs("state.backend.rocksdb.compression.per.level",
+                              ";".join(["SNAPPY_COMPRESSION"] * 7))),
     "flink.restart_strategy": Effect(p_flink, "none", both_jobs("restart-strategy.type", "none")),
     "flink.checkpoints_retained": Effect(
         p_flink, 5, both_jobs("execution.checkpointing.num-retained", "5")),
