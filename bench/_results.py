@@ -13,6 +13,8 @@ import sys
 import time
 from pathlib import Path
 
+import psutil
+
 RESULTS = Path(__file__).with_name("RESULTS.md")
 HEADER = """# Benchmark results
 
@@ -54,17 +56,11 @@ def record(name: str, title: str, rows: list[tuple[str, str]], notes: str = "") 
 
 
 def tree_pids(roots: list[int]) -> set[int]:
-    """The processes in the trees under `roots` (roots included), from /proc."""
+    """The processes in the trees under `roots` (roots included)."""
     children: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            stat = Path(f"/proc/{entry}/stat").read_text()
-        except OSError:
-            continue
-        ppid = int(stat.rsplit(")", 1)[1].split()[1])
-        children.setdefault(ppid, []).append(int(entry))
+    for proc in psutil.process_iter(["ppid"]):
+        if proc.info["ppid"] is not None:
+            children.setdefault(proc.info["ppid"], []).append(proc.pid)
     out, todo = set(), list(roots)
     while todo:
         pid = todo.pop()
@@ -77,15 +73,14 @@ def tree_pids(roots: list[int]) -> set[int]:
 def cpu_seconds(pids: set[int]) -> float:
     """User + system CPU seconds used so far by these processes (live ones; a process
     that has exited is counted by its parent's cutime once reaped)."""
-    tick = os.sysconf("SC_CLK_TCK")
-    total = 0
+    total = 0.0
     for pid in pids:
         try:
-            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
+            times = psutil.Process(pid).cpu_times()  # its own, not its children's
+        except psutil.Error:
             continue
-        total += int(fields[11]) + int(fields[12])  # utime, stime
-    return total / tick
+        total += times.user + times.system
+    return total
 
 
 class CpuMeter:

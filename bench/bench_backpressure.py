@@ -37,6 +37,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+import psutil  # noqa: E402
 from kafka import KafkaConsumer  # noqa: E402
 
 from bench._results import record, tree_pids  # noqa: E402
@@ -54,12 +55,10 @@ def tree_rss_mib(roots: list[int]) -> float:
     total = 0
     for pid in tree_pids(roots):
         try:
-            status = Path(f"/proc/{pid}/status").read_text()
-        except OSError:
+            total += psutil.Process(pid).memory_info().rss
+        except psutil.Error:
             continue
-        total += next((int(line.split()[1]) for line in status.splitlines()
-                       if line.startswith("VmRSS:")), 0)
-    return total / 1024
+    return total / 2**20
 
 
 def longest_checkpoint_s(rest_port: int) -> float | None:

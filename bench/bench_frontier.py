@@ -15,6 +15,8 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+import psutil
+
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench._results import record, timed  # noqa: E402
 from udfs.config import load_defaults  # noqa: E402
@@ -24,8 +26,7 @@ from udfs.core.robots import RobotsState, RobotsStatus  # noqa: E402
 
 
 def rss_bytes() -> int:
-    with open("/proc/self/statm") as fh:
-        return int(fh.read().split()[1]) * 4096
+    return psutil.Process().memory_info().rss
 
 
 def bench_grants(n_hosts: int, per_host: int, rounds: int) -> list[tuple[str, str]]:

@@ -31,6 +31,8 @@ import urllib.request
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+import psutil
+
 from crawler.local import LocalStack, ServiceStatus, StackError, _alive, _Service
 from udfs.config import Config
 
@@ -385,37 +387,20 @@ class Cluster:
 
 def cluster_processes(root: Path) -> list[int]:
     """PIDs of the live processes (not this one, nor its ancestors) whose environment has
-    CLUSTER_ENV=`root`. Linux (/proc); elsewhere none are found."""
-    needle = b"\0" + f"{CLUSTER_ENV}={root}".encode() + b"\0"
-    spared = {os.getpid(), *_ancestors(os.getpid())}
+    CLUSTER_ENV=`root`."""
+    me = psutil.Process()
+    spared = {me.pid, *(p.pid for p in me.parents())}
     found = []
-    try:
-        entries = os.listdir("/proc")
-    except OSError:
-        return []
-    for entry in entries:
-        if not entry.isdigit() or int(entry) in spared:
+    for proc in psutil.process_iter():
+        if proc.pid in spared:
             continue
         try:
-            with open(f"/proc/{entry}/environ", "rb") as fh:
-                environ = b"\0" + fh.read()
-        except OSError:  # gone, or not ours to read
+            environ = proc.environ()
+        except psutil.Error:  # gone, a zombie, or not ours to read
             continue
-        if needle in environ + b"\0" and _alive(int(entry)):
-            found.append(int(entry))
+        if environ.get(CLUSTER_ENV) == str(root) and _alive(proc.pid):
+            found.append(proc.pid)
     return sorted(found)
-
-
-def _ancestors(pid: int) -> list[int]:
-    chain = []
-    while pid > 1:
-        try:
-            with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as fh:
-                pid = int(fh.read().rsplit(")", 1)[1].split()[1])
-        except (OSError, IndexError, ValueError):
-            break
-        chain.append(pid)
-    return chain
 
 
 def _savepoint_path(cli_output: str) -> str:

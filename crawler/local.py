@@ -22,6 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
+import psutil
+
 from crawler import deps
 from udfs.config import TOPIC_KEYS, Config
 from udfs.objectstore import s3_client
@@ -84,18 +86,15 @@ def _alive(pid: int) -> bool:
     except ChildProcessError:
         pass
     try:
-        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as fh:
-            state = fh.read().rsplit(")", 1)[1].split()[0]
-    except (FileNotFoundError, IndexError, ProcessLookupError):
+        return psutil.Process(pid).status() not in (psutil.STATUS_ZOMBIE, psutil.STATUS_DEAD)
+    except psutil.NoSuchProcess:
         return False
-    return state not in ("Z", "X")
 
 
 def _cmdline(pid: int) -> str:
     try:
-        with open(f"/proc/{pid}/cmdline", "rb") as fh:
-            return fh.read().replace(b"\0", b" ").decode("utf-8", "replace")
-    except OSError:
+        return " ".join(psutil.Process(pid).cmdline())
+    except psutil.Error:  # gone, a zombie, or not ours to read
         return ""
 
 

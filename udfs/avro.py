@@ -187,104 +187,123 @@ def registry() -> SchemaRegistry:
 
 # ---------------------------------------------------------------------------
 # Compatibility: can a reader with schema R read data written with schema W?
-# The rules are the Avro specification's "Schema Resolution" section.
+# The rules are the Avro specification's "Schema Resolution" section, as the
+# `avro` package's checker (avro.compatibility, a port of Java's SchemaCompatibility)
+# applies them. Two things are added around it here:
+# - a named type's aliases may be short names, relative to the type's namespace
+#   (specification, "Aliases"); the checker compares them with the writer's full name
+#   as they are written, so they are qualified first;
+# - the checker loses the place of a problem inside a writer's union (it starts the
+#   path again at the root), so the path of the enclosing check is carried on.
 
-_PROMOTIONS = {
-    "int": {"long", "float", "double"},
-    "long": {"float", "double"},
-    "float": {"double"},
-    "string": {"bytes"},
-    "bytes": {"string"},
+_KINDS = {
+    "reader_field_missing_default_value": "new field without a default",
+    "missing_enum_symbols": "enum symbols removed and the reader's enum has no default",
+    "type_mismatch": "type mismatch",
+    "missing_union_branch": "no branch of the reader's union accepts the written type",
+    "name_mismatch": "name is not the writer's name nor one of the reader's aliases",
+    "fixed_size_mismatch": "fixed size differs",
 }
-_PRIMITIVES = {"null", "boolean", "int", "long", "float", "double", "bytes", "string"}
 
 
-def _expand(schema: Any) -> Any:
-    """Inline named-type references so that each node is self-contained."""
-    return fastavro.schema.expand_schema(schema)
+def _avro_schema(schema: Mapping[str, Any], qualify_aliases: bool) -> Any:
+    """The `avro` package's parsed form of a schema (whose aliases, if asked, are full names)."""
+    import avro.schema  # here, not at the top: this module is named avro too
+
+    parsed = avro.schema.parse(json.dumps(schema))
+    if qualify_aliases:
+        seen: set[int] = set()
+
+        def walk(s: Any) -> None:
+            if id(s) in seen:
+                return
+            seen.add(id(s))
+            if isinstance(s, avro.schema.NamedSchema):
+                aliases = s.props.get("aliases")
+                if isinstance(aliases, list) and s.namespace:
+                    s.set_prop("aliases", [a if "." in a else f"{s.namespace}.{a}"
+                                           for a in aliases])
+            if isinstance(s, avro.schema.RecordSchema):
+                for f in s.fields:
+                    walk(f.type)
+            elif isinstance(s, avro.schema.ArraySchema):
+                walk(s.items)
+            elif isinstance(s, avro.schema.MapSchema):
+                walk(s.values)
+            elif isinstance(s, avro.schema.UnionSchema):
+                for b in s.schemas:
+                    walk(b)
+
+        walk(parsed)
+    return parsed
 
 
-def _kind(s: Any) -> str:
-    if isinstance(s, list):
-        return "union"
-    if isinstance(s, str):
-        return s
-    return s["type"] if isinstance(s["type"], str) else _kind(s["type"])
+def _readable_path(reader: Any, location: str) -> str:
+    """/fields/1/type/items → R.n[] (the reader's field names; the pointer where unsure)."""
+    import avro.schema
 
-
-def _unwrap(s: Any) -> Any:
-    """{"type": "long", "logicalType": ...} → "long"; named types stay dicts."""
-    if isinstance(s, dict) and s.get("type") in _PRIMITIVES:
-        return s["type"]
-    return s
-
-
-def _short(name: str) -> str:
-    return name.rsplit(".", 1)[-1]
-
-
-def _names_match(reader: dict[str, Any], writer: dict[str, Any]) -> bool:
-    names = {_short(reader["name"])} | {_short(a) for a in reader.get("aliases", [])}
-    return _short(writer["name"]) in names
-
-
-def _problems(reader: Any, writer: Any, path: str) -> list[str]:
-    reader, writer = _unwrap(reader), _unwrap(writer)
-    rk, wk = _kind(reader), _kind(writer)
-    if wk == "union":
-        out: list[str] = []
-        for branch in writer:
-            out += _problems(reader, branch, f"{path}<{_kind(_unwrap(branch))}>")
-        return out
-    if rk == "union":
-        for branch in reader:
-            if not _problems(branch, writer, path):
-                return []
-        return [f"{path}: written as {wk}, which no branch of the reader's union accepts"]
-    if rk != wk:
-        if wk in _PROMOTIONS and rk in _PROMOTIONS[wk]:
-            return []
-        return [f"{path}: written as {wk}, read as {rk}"]
-    if rk in _PRIMITIVES:
-        return []
-    if rk in ("record", "error"):
-        if not _names_match(reader, writer):
-            return [f"{path}: record name {writer['name']} is not {reader['name']} or an alias"]
-        wfields = {f["name"]: f for f in writer["fields"]}
-        out = []
-        for rf in reader["fields"]:
-            candidates = [rf["name"], *rf.get("aliases", [])]
-            wf = next((wfields[n] for n in candidates if n in wfields), None)
-            if wf is None:
-                if "default" not in rf:
-                    out.append(f"{path}.{rf['name']}: new field without a default")
-                continue
-            out += _problems(rf["type"], wf["type"], f"{path}.{rf['name']}")
-        return out
-    if rk == "enum":
-        if not _names_match(reader, writer):
-            return [f"{path}: enum name {writer['name']} is not {reader['name']} or an alias"]
-        missing = [s for s in writer["symbols"] if s not in reader["symbols"]]
-        if missing and "default" not in reader:
-            return [f"{path}: enum symbols {missing} removed and the reader's enum has no default"]
-        return []
-    if rk == "array":
-        return _problems(reader["items"], writer["items"], f"{path}[]")
-    if rk == "map":
-        return _problems(reader["values"], writer["values"], f"{path}{{}}")
-    if rk == "fixed":
-        if not _names_match(reader, writer) or reader["size"] != writer["size"]:
-            return [f"{path}: fixed {writer['name']}({writer['size']}) is not "
-                    f"{reader['name']}({reader['size']})"]
-        return []
-    return [f"{path}: unsupported schema kind {rk}"]  # pragma: no cover
+    out = getattr(reader, "name", "") or ""
+    node = reader
+    tokens = [t for t in location.split("/") if t]
+    i = 0
+    while i < len(tokens):
+        t = tokens[i]
+        if t == "fields" and i + 1 < len(tokens) and isinstance(node, avro.schema.RecordSchema):
+            field = node.fields[int(tokens[i + 1])]
+            out += f".{field.name}"
+            node = field.type
+            i += 2
+            if i < len(tokens) and tokens[i] == "type":
+                i += 1
+            continue
+        if t == "items" and isinstance(node, avro.schema.ArraySchema):
+            out, node = out + "[]", node.items
+        elif t == "values" and isinstance(node, avro.schema.MapSchema):
+            out, node = out + "{}", node.values
+        elif t.isdigit():
+            out += f"<writer's union branch {t}>"
+        else:  # name, symbols, size: a property of the node reached
+            out += f" ({t})"
+        i += 1
+    return out
 
 
 def compatibility_problems(reader: Mapping[str, Any], writer: Mapping[str, Any]) -> list[str]:
     """Why data written with `writer` cannot be read with `reader` (empty list: it can)."""
-    r = _expand(parse_schema(reader, named_schemas={}))
-    w = _expand(parse_schema(writer, named_schemas={}))
-    return _problems(r, w, _short(r.get("name", "")) if isinstance(r, dict) else "")
+    from avro.compatibility import ReaderWriterCompatibilityChecker, SchemaCompatibilityType
+
+    class Checker(ReaderWriterCompatibilityChecker):
+        def __init__(self) -> None:
+            super().__init__()
+            self.here: list[str] = []
+
+        def calculate_compatibility(self, reader, writer, location):  # noqa: ANN001
+            outer, self.here = self.here, location
+            try:
+                return super().calculate_compatibility(reader, writer, location)
+            finally:
+                self.here = outer
+
+        def get_compatibility(self, reader, writer, reference_token="/", location=None):  # noqa: ANN001
+            if location is None and len(self.here) > 1:  # a writer's union branch
+                return super().get_compatibility(reader, writer, self.here[-1], self.here[:-1])
+            return super().get_compatibility(reader, writer, reference_token, location)
+
+    r = _avro_schema(reader, qualify_aliases=True)
+    w = _avro_schema(writer, qualify_aliases=False)
+    result = Checker().get_compatibility(r, w)
+    if result.compatibility is SchemaCompatibilityType.compatible:
+        return []
+    # The result keeps the messages and the places as two sets (the root, "/", among the
+    # places as soon as a check passed somewhere): paired only when there is one problem.
+    places = sorted(result.locations - {"/"}) or ["/"]
+    kinds = sorted({k.value for k in result.incompatibilities})
+    if len(result.messages) == 1 and len(places) == 1 and len(kinds) == 1:
+        (message,) = result.messages
+        return [f"{_readable_path(r, places[0])}: {_KINDS.get(kinds[0], kinds[0])}: {message}"]
+    where = ", ".join(_readable_path(r, p) for p in places)
+    return [f"{', '.join(_KINDS.get(k, k) for k in kinds)}: {m} (at one of: {where})"
+            for m in sorted(result.messages)]
 
 
 def check_registry(reg: SchemaRegistry) -> list[str]:

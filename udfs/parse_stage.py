@@ -10,9 +10,10 @@ ParsedPage; the fetch engine's coroutine awaits it on a thread of this stage
 
 Limits (udfs.core.parse.ParseLimits, the `parse` configuration section):
 
-* CPU time: the thread that waits for a parser reads the process's CPU time
-  (/proc/<pid>/stat) and kills it once the page has used `cpu_limit_s` (or after the
-  wall-clock cap); a new parser replaces it. The page ends as PARSE_TIMEOUT.
+* CPU time: the thread that waits for a parser reads the process's CPU time (user +
+  system, by psutil: on Linux /proc/<pid>/stat) and kills it once the page has used
+  `cpu_limit_s` (or after the wall-clock cap); a new parser replaces it.
+  The page ends as PARSE_TIMEOUT.
 * memory: each parser runs under RLIMIT_AS = `memory_limit_mb`; a MemoryError ends
   the page as PARSE_TIMEOUT and the parser is replaced (its heap may be in pieces).
 * a parser that dies (a signal, an abort) ends the page as PARSE_TIMEOUT too, its
@@ -47,6 +48,8 @@ from dataclasses import dataclass
 from queue import SimpleQueue
 from typing import Any
 
+import psutil
+
 from udfs.core.parse import (
     LimitKind,
     ParsedPage,
@@ -57,7 +60,6 @@ from udfs.core.parse import (
 from udfs.core.urls import UrlPolicy
 
 _LEN = struct.Struct("!I")
-_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 
 @dataclass
@@ -102,6 +104,7 @@ class _Parser:
             [sys.executable, "-m", "udfs.parse_stage", str(limits.memory_limit_mb),
              str(os.getpid())],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, close_fds=True)
+        self.ps = psutil.Process(self.proc.pid)  # our child: its pid is not reused before wait()
         self.fd = self.proc.stdout.fileno()
         self.buf = bytearray()
         _write_frame(self.proc.stdin, (user_agent, drop_params, limits.max_bytes,
@@ -118,11 +121,10 @@ class _Parser:
     def cpu_s(self) -> float:
         """CPU seconds (user + system) the process has used; 0.0 when it is gone."""
         try:
-            with open(f"/proc/{self.proc.pid}/stat", "rb") as f:
-                fields = f.read().rsplit(b")", 1)[1].split()
-            return (int(fields[11]) + int(fields[12])) / _TICKS
-        except (OSError, IndexError, ValueError):
+            times = self.ps.cpu_times()  # its own, not its children's
+        except psutil.Error:
             return 0.0
+        return times.user + times.system
 
     def send(self, job: tuple) -> None:
         _write_frame(self.proc.stdin, job)

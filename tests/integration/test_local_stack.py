@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import psutil
 from kafka.admin import ConfigResource, ConfigResourceType, KafkaAdminClient
 
 from crawler.cli import main
@@ -27,15 +28,14 @@ PORTS = {
 
 def _procs_naming(marker: str) -> list[int]:
     pids = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                cmd = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
-                state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
-            except (OSError, IndexError):
-                continue
-            if marker in cmd and state != "Z" and int(entry.name) != os.getpid():
-                pids.append(int(entry.name))
+    for proc in psutil.process_iter():
+        try:
+            cmd = " ".join(proc.cmdline())
+            state = proc.status()
+        except psutil.Error:  # gone, a zombie, or not ours to read
+            continue
+        if marker in cmd and state != psutil.STATUS_ZOMBIE and proc.pid != os.getpid():
+            pids.append(proc.pid)
     return pids
 
 

@@ -138,12 +138,14 @@ def test_compatible_changes(change):
 
 @pytest.mark.parametrize("change, problem", [
     (lambda f: f.append({"name": "extra", "type": "string"}), "new field without a default"),
-    (lambda f: f.__setitem__(1, {"name": "n", "type": "string"}), "written as int, read as string"),
+    (lambda f: f.__setitem__(1, {"name": "n", "type": "string"}),
+     "R.n: type mismatch: reader type: string not compatible with writer type: int"),
     (lambda f: f.__setitem__(2, {"name": "kind", "type": {"type": "enum", "name": "K",
-                                                          "symbols": ["A"]}}), "symbols ['B']"),
-    (lambda f: f.__setitem__(0, {"name": "ident", "type": "string"}), "ident: new field"),
+                                                          "symbols": ["A"]}}),
+     "R.kind (symbols): enum symbols removed and the reader's enum has no default: {'B'}"),
+    (lambda f: f.__setitem__(0, {"name": "ident", "type": "string"}), "R.ident: new field"),
     (lambda f: f.__setitem__(3, {"name": "tags", "type": {"type": "array", "items": "int"}}),
-     "tags[]: written as string"),
+     "R.tags[]: type mismatch: reader type: int not compatible with writer type: string"),
 ])
 def test_incompatible_changes_are_named(change, problem):
     problems = compatibility_problems(_with(change), BASE)
@@ -152,7 +154,9 @@ def test_incompatible_changes_are_named(change, problem):
 
 def test_narrowing_a_union_is_incompatible():
     wide = _with(lambda f: f.__setitem__(1, {"name": "n", "type": ["null", "int"]}))
-    assert "n<null>: written as null, read as int" in " ".join(compatibility_problems(BASE, wide))
+    # The place is the reader's field, though the problem is one branch of the writer's union.
+    assert compatibility_problems(BASE, wide) == [
+        "R.n: type mismatch: reader type: int not compatible with writer type: null"]
     union_reader = _with(lambda f: f.__setitem__(1, {"name": "n", "type": ["null", "long"]}))
     string_writer = _with(lambda f: f.__setitem__(1, {"name": "n", "type": "boolean"}))
     assert "no branch" in " ".join(compatibility_problems(union_reader, string_writer))
@@ -161,7 +165,18 @@ def test_narrowing_a_union_is_incompatible():
 def test_record_rename_needs_an_alias():
     renamed = {**BASE, "name": "Other"}
     assert compatibility_problems(renamed, BASE)
+    # An alias without a namespace is in the namespace of the type it names (spec, "Aliases").
     assert compatibility_problems({**renamed, "aliases": ["R"]}, BASE) == []
+    assert compatibility_problems({**renamed, "aliases": ["crawl.R"]}, BASE) == []
+    assert compatibility_problems({**renamed, "aliases": ["elsewhere.R"]}, BASE)
+
+
+def test_several_problems_name_every_place():
+    two = _with(lambda f: (f.append({"name": "x", "type": "int"}),
+                           f.__setitem__(1, {"name": "n", "type": "string"})))
+    text = " ".join(compatibility_problems(two, BASE))
+    assert "reader type: string not compatible with writer type: int" in text
+    assert "new field without a default" in text and "R.n" in text and "R.x" in text
 
 
 # --- a registry with two versions: the evolution path a future change will take ---------

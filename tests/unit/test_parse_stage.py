@@ -8,6 +8,7 @@ import os
 import signal
 import time
 
+import psutil
 import pytest
 
 from udfs.core.parse import LimitKind, ParseLimits, limit_error, parse_deadline
@@ -270,11 +271,10 @@ def test_a_parser_dies_with_its_task_even_inside_a_long_parse(tmp_path):
                 os.kill(parser_pid, 0)
             except ProcessLookupError:
                 break
-            try:  # reaped by init; a zombie no longer has a stat line with state Z
-                with open(f"/proc/{parser_pid}/stat") as f:
-                    if f.read().rsplit(")", 1)[1].split()[0] == "Z":
-                        break
-            except OSError:
+            try:  # reaped by init, or a zombie until then
+                if psutil.Process(parser_pid).status() == psutil.STATUS_ZOMBIE:
+                    break
+            except psutil.NoSuchProcess:
                 break
             time.sleep(0.05)
         else:
@@ -283,3 +283,23 @@ def test_a_parser_dies_with_its_task_even_inside_a_long_parse(tmp_path):
     finally:
         if holder.poll() is None:
             holder.kill()
+
+
+def test_a_parsers_cpu_time_is_its_user_plus_system_time_and_zero_once_gone():
+    from udfs.parse_stage import _Parser
+
+    parser = _Parser(ParseLimits(), "test-agent", (), 0.0)
+    ticks = os.sysconf("SC_CLK_TCK")
+
+    def from_proc() -> float:
+        with open(f"/proc/{parser.proc.pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / ticks  # utime + stime, no children
+
+    try:
+        before = from_proc()
+        assert before > 0  # its imports before "ready"
+        assert before <= parser.cpu_s() <= from_proc()
+    finally:
+        parser.kill()
+    assert parser.cpu_s() == 0.0

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from crawler.cluster import CLUSTER_ENV, Cluster
-from crawler.local import LocalStack, _alive
+from crawler.local import LocalStack, _alive, _cmdline
 from tests import conftest
 from udfs.config import load_config
 
@@ -48,6 +48,28 @@ def wait_gone(pid: int, timeout_s: float = 10) -> bool:
     while _alive(pid) and time.monotonic() < deadline:
         time.sleep(0.05)
     return not _alive(pid)
+
+
+def test_a_zombie_is_not_alive_and_a_gone_process_has_no_command_line():
+    child = subprocess.Popen(["sleep", "60.5"])
+    try:
+        assert _alive(child.pid)
+        assert _cmdline(child.pid) == "sleep 60.5"
+        os.kill(child.pid, signal.SIGKILL)
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:  # a zombie until reaped: still not alive
+            with open(f"/proc/{child.pid}/stat") as fh:
+                if fh.read().rsplit(")", 1)[1].split()[0] == "Z":
+                    break
+            time.sleep(0.02)
+        assert not _alive(child.pid)  # (which reaps it: it is our child)
+        assert _cmdline(child.pid) == ""
+    finally:
+        end(child.pid)
+        try:
+            child.wait(5)
+        except ChildProcessError:
+            pass
 
 
 @pytest.fixture
