@@ -116,7 +116,7 @@ def pages_and_violations(web: SyntheticWeb, gap: float, since: float, until: flo
 
 
 def run_ours(sites: int, seconds: int, gap: float, workdir: Path, page_bytes: int,
-             checkpoint_ms: int):
+             checkpoint_ms: int, extra: tuple[str, ...] = ()):
     web = SyntheticWeb(build_sites(sites, seed=11, pages=(90, 115)), page_bytes=page_bytes)
     web.start()
     base = load_config(env={})
@@ -124,6 +124,7 @@ def run_ours(sites: int, seconds: int, gap: float, workdir: Path, page_bytes: in
     overrides = [f"topics.{k}.name=bench-{suffix}.{base.topic(k)}" for k in TOPIC_KEYS]
     overrides += synthetic_overrides(web, workdir, gap)
     overrides.append(f"flink.checkpoint_interval_ms={checkpoint_ms}")
+    overrides += extra
     cfg = load_config(env={}, overrides=overrides)
     from crawler.local import ensure_topics
 

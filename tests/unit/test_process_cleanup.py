@@ -54,6 +54,11 @@ def test_a_zombie_is_not_alive_and_a_gone_process_has_no_command_line():
     child = subprocess.Popen(["sleep", "60.5"])
     try:
         assert _alive(child.pid)
+        # Popen returns once the child has begun its exec (vfork), and the kernel sets
+        # the new command line a moment later: on a busy machine it may still read "".
+        deadline = time.monotonic() + 5
+        while _cmdline(child.pid) == "" and time.monotonic() < deadline:
+            time.sleep(0.01)
         assert _cmdline(child.pid) == "sleep 60.5"
         os.kill(child.pid, signal.SIGKILL)
         deadline = time.monotonic() + 5
