@@ -3,6 +3,7 @@ holds 1 million (and 10 million) URLs.
 
     python bench/bench_state_bytes.py                       # 1 M URLs (~3 min)
     python bench/bench_state_bytes.py --urls 1000000,10000000
+    python bench/bench_state_bytes.py --set flink.rocksdb_uncompressed_levels=0
 
 The real frontier job (MiniCluster, RocksDB, incremental checkpoints, one retained)
 is given --urls URLs of realistic length (60 to 90 characters) on --hosts hosts, plus
@@ -34,7 +35,7 @@ from bench._results import record  # noqa: E402
 from crawler.local import ensure_topics  # noqa: E402
 from crawler.run import JobProcess  # noqa: E402
 from udfs.avro import registry  # noqa: E402
-from udfs.config import TOPIC_KEYS, load_config  # noqa: E402
+from udfs.config import TOPIC_KEYS, ConfigError, load_config  # noqa: E402
 
 REG = registry()
 LINKS_PER_RECORD = 1000  # keeps a record ~100 KB, under Kafka's 1 MB default
@@ -89,14 +90,15 @@ def checkpoint_bytes(root: Path) -> tuple[int, int]:
     return size, int(newest.name.split("-")[1])
 
 
-def measure(urls: int, hosts: int, hot_share: float, timeout_s: float) -> dict[str, float]:
+def measure(urls: int, hosts: int, hot_share: float, timeout_s: float,
+            settings: tuple[str, ...] = ()) -> dict[str, float]:
     base = load_config(env={})
     tag = uuid.uuid4().hex[:8]
     cp_root = Path(tempfile.gettempdir()) / f"bench-state-{tag}"
     overrides = [f"topics.{k}.name=bench-{tag}.{base.topic(k)}" for k in TOPIC_KEYS]
     overrides += ["flink.state_backend=rocksdb", "flink.checkpoint_interval_ms=5000",
                   "flink.checkpoints_retained=1", "flink.restart_strategy=none",
-                  f"flink.checkpoint_dir={cp_root}"]
+                  f"flink.checkpoint_dir={cp_root}", *settings]
     cfg = load_config(env={}, overrides=overrides)
     ensure_topics(cfg)
     servers = cfg["kafka.bootstrap_servers"]
@@ -152,7 +154,14 @@ def main() -> None:
     ap.add_argument("--hot-share", type=float, default=0.1,
                     help="share of the URLs on one hot host")
     ap.add_argument("--timeout", type=float, default=3600, help="seconds per run, at most")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="a setting for the frontier job, e.g. "
+                         "flink.rocksdb_uncompressed_levels=0 (repeatable)")
     args = ap.parse_args()
+    try:
+        load_config(env={}, overrides=args.set)
+    except ConfigError as exc:  # the configuration's own message, before anything starts
+        ap.error(f"--set: {exc}")
     try:
         counts = [int(n) for n in args.urls.split(",")]
     except ValueError:
@@ -165,7 +174,7 @@ def main() -> None:
              f"{logical_url_bytes()} B, for an URL of "
              f"{len(next(host_urls('https://www.h1.bench.example', 1)))} characters")]
     for n in counts:
-        r = measure(n, args.hosts, args.hot_share, args.timeout)
+        r = measure(n, args.hosts, args.hot_share, args.timeout, tuple(args.set))
         label = f"{r['urls'] / 1e6:g} M URLs"
         rows += [
             (f"{label}: checkpoint bytes", f"{r['bytes'] / 1e6:,.1f} MB"),
