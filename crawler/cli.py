@@ -8,9 +8,13 @@ import os
 import sys
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
-from udfs.config import ENV_CONFIG_FILE, ConfigError, load_config
+from udfs.config import ENV_CONFIG_FILE, Config, ConfigError, load_config
+
+if TYPE_CHECKING:
+    from crawler.runs import RunInfo
 
 _DESCRIPTION = """\
 A polite, recoverable web crawler on Apache Flink and Kafka.
@@ -301,18 +305,28 @@ def _check_warc(args: argparse.Namespace) -> str | None:
     return None
 
 
+def _crawl_config(args: argparse.Namespace) -> tuple[Config, RunInfo | None] | None:
+    """The configuration of the crawl a command acts on (--config, --set, --run: the
+    running one by default) and its run, or None once the reason is printed."""
+    from crawler.runs import RunNotFound, crawl_config
+
+    try:
+        return crawl_config(args.config, args.set, args.run)
+    except RunNotFound as exc:
+        print(f"crawl {args.command}: {exc}", file=sys.stderr)
+        return None
+
+
 def _cmd_warc(args: argparse.Namespace) -> int:
     """The WARC files of the crawl's store: list them, print a URL's record, verify."""
     from crawler import warc_tool
-    from crawler.runs import RunNotFound, crawl_config
     from udfs.core.urls import UrlPolicy, normalize_url
     from udfs.storage import open_store
 
-    try:
-        cfg, _run = crawl_config(args.config, args.set, args.run)
-    except RunNotFound as exc:
-        print(f"crawl warc: {exc}", file=sys.stderr)
+    found = _crawl_config(args)
+    if found is None:
         return 2
+    cfg, _run = found
     store, prefix = open_store(cfg), cfg["warc.prefix"]
     where = f"s3://{cfg['s3.bucket']}/{prefix}" if cfg["storage.backend"] == "s3" else \
         os.path.join(cfg["storage.local_dir"], prefix)
@@ -382,14 +396,12 @@ def _check_reparse(args: argparse.Namespace) -> str | None:
 def _cmd_reparse(args: argparse.Namespace) -> int:
     """Parse the crawl's stored pages again; their links to the discovered topic."""
     from crawler.reparse import kafka_sender, reparse
-    from crawler.runs import RunNotFound, crawl_config
     from udfs.storage import open_store
 
-    try:
-        cfg, _run = crawl_config(args.config, args.set, args.run)
-    except RunNotFound as exc:
-        print(f"crawl reparse: {exc}", file=sys.stderr)
+    found = _crawl_config(args)
+    if found is None:
         return 2
+    cfg, _run = found
     store = open_store(cfg)
     send, close = (None, None) if args.dry_run else kafka_sender(cfg)
     try:
@@ -419,13 +431,11 @@ def _control(args: argparse.Namespace, host_key: str, command: str, **kw) -> int
     import json
 
     from crawler.control import NoReply, send_command
-    from crawler.runs import RunNotFound, crawl_config
 
-    try:
-        cfg, run = crawl_config(args.config, args.set, args.run)
-    except RunNotFound as exc:
-        print(f"crawl {args.command}: {exc}", file=sys.stderr)
+    found = _crawl_config(args)
+    if found is None:
         return 2
+    cfg, run = found
     try:
         reply = send_command(cfg, host_key, command, timeout_s=args.timeout, **kw)
     except NoReply as exc:

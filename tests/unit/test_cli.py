@@ -333,3 +333,11 @@ def test_watcher_counts_dead_letters_by_error_type(monkeypatch):
     assert "; outcomes {" in summary
     assert "; refused {'ADDRESS_BLOCKED': 2, 'AvroDecodeError': 1}" in summary
     assert summary.endswith("; politeness violations {'gap': 0}")
+
+
+@pytest.mark.parametrize("argv", [["warc", "ls"], ["reparse"], ["host", "pause", "http://a.test"]])
+def test_a_command_on_a_crawl_that_is_not_running_is_one_line_and_exit_2(argv, capsys):
+    assert main([*argv, "--run", "20000101-000000"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"crawl {argv[0]}: ") and "20000101-000000" in err
+    assert len(err.splitlines()) == 1
