@@ -236,6 +236,13 @@ class FetchFunction(AsyncFunction):
                                           error_type=error_type, payload=raw,
                                           now_ms=int(time.time() * 1000)))
 
+    def _page_dead(self, lease: dict[str, Any], raw: bytes, stage: str, reason: str,
+                   error_type: str) -> Row:
+        """A dead letter about one lease's page, keyed by its host, the lease as payload."""
+        return Row("X", lease["host_key"].encode(), dead_letter(
+            self.reg, stage=stage, reason=reason, error_type=error_type, payload=raw,
+            url=lease["url"], host_key=lease["host_key"], now_ms=int(time.time() * 1000)))
+
     def _skipped(self, lease: dict[str, Any], timing: LeaseTiming, reason: Skip) -> list:
         if reason not in REPORTED:
             return []  # replayed (it expires and is re-let) or a duplicate record
@@ -417,20 +424,16 @@ class FetchFunction(AsyncFunction):
         out = [Row("C", host.encode(), self.reg.encode("completion", completion, check=False))]
         if completion["outcome"] in ("PARSE_TIMEOUT", "PARSE_ERROR"):
             # A page the parser could not finish: recorded and skipped, its URL and reason
-            # in a dead letter (the lease as payload; the body is in storage).
-            out.append(Row("X", host.encode(), dead_letter(
-                self.reg, stage="fetcher.parse", reason=completion["error"] or "",
-                error_type=completion["outcome"], payload=raw, url=lease["url"],
-                host_key=host, now_ms=int(time.time() * 1000))))
+            # in a dead letter (the body is in storage).
+            out.append(self._page_dead(lease, raw, "fetcher.parse", completion["error"] or "",
+                                       completion["outcome"]))
         if ctx.parse_filter_error is not None:
             # A parse filter raised: the page was kept (as the filters before it left it);
-            # the filter's bug goes to its author with the URL (the lease as payload).
+            # the filter's bug goes to its author with the URL.
             name, error = ctx.parse_filter_error
-            out.append(Row("X", host.encode(), dead_letter(
-                self.reg, stage="fetcher.parse_filter",
-                reason=f"parse filter {name} raised {error}", error_type="ParseFilterError",
-                payload=raw, url=lease["url"], host_key=host,
-                now_ms=int(time.time() * 1000))))
+            out.append(self._page_dead(lease, raw, "fetcher.parse_filter",
+                                       f"parse filter {name} raised {error}",
+                                       "ParseFilterError"))
         if self.faults is not None and self.faults.drops_completion(lease["url"]):
             out = []
         out += [Row("D", d["host_key"].encode(), self.reg.encode("discovered", d, check=False))
