@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from crawler import warc_tool
-from udfs.core.parse import ParsedPage, parse_html
-from udfs.core.parsefilters import Page, ParseFilter, apply_chain, load_filters
+from udfs.core.parse import ParsedPage
+from udfs.core.parsefilters import ParseFilter, load_filters, parse_and_filter
 from udfs.core.reparse import Entry, discovered_records, entry, response_lookup, select
 from udfs.core.urls import UrlPolicy
 from udfs.warc import DEPTH_FIELD, parse_cdxj, read_record, timestamp14
@@ -30,17 +30,11 @@ from udfs.warc_writer import _date_ms
 def parse_page(body: bytes, url: str, headers: list[tuple[str, str]], cfg: Any,
                policy: UrlPolicy, chain: list[tuple[str, ParseFilter]] | None = None
                ) -> tuple[ParsedPage, tuple[str, str] | None]:
-    """The one call of the parser here (the fetcher's settings), then the parse filters:
-    (the page, (filter, error) if one raised). Swap in the parse stage's bounded pool
-    here once it exists."""
-    max_links = cfg["parse.max_links"]
-    page = parse_html(body, url, headers=headers, user_agent=cfg["robots.user_agent"],
-                      max_links=max_links, url_policy=policy)
-    if not chain:
-        return page, None
-    cut = body[:cfg["parse.max_bytes"]]  # what the fetcher's parser reads
-    return page, apply_chain(chain, url, page, Page(tuple(map(tuple, headers)), cut),
-                             policy, max_links)
+    """The page parsed and filtered as the fetcher's parser processes do, with the
+    fetcher's settings: (the page, (filter, error) if one raised)."""
+    return parse_and_filter(body, url, headers, user_agent=cfg["robots.user_agent"],
+                            policy=policy, max_bytes=cfg["parse.max_bytes"],
+                            max_links=cfg["parse.max_links"], chain=chain or ())
 
 
 @dataclass

@@ -313,7 +313,7 @@ def _child(memory_mb: int, parent: int) -> None:
     sys.stdout = sys.stderr  # nothing printed may corrupt the replies
 
     from udfs.core.parse import parse_html
-    from udfs.core.parsefilters import Page, apply_chain, load_filters
+    from udfs.core.parsefilters import load_filters, parse_and_filter
 
     def read() -> Any:
         head = _read_exact(inp, _LEN.size)
@@ -346,11 +346,10 @@ def _child(memory_mb: int, parent: int) -> None:
         try:
             if delay_s > 0:
                 time.sleep(delay_s)  # faults.parse_delay_s: a stalled parser
-            page = parse_html(body, url, headers=headers, user_agent=user_agent,
-                              max_bytes=max_bytes, max_links=max_links, url_policy=policy)
+            page, failure = parse_and_filter(body, url, headers, user_agent=user_agent,
+                                             policy=policy, max_bytes=max_bytes,
+                                             max_links=max_links, chain=chain)
             page.truncated = page.truncated or cut
-            failure = apply_chain(chain, url, page, Page(tuple(map(tuple, headers)), body),
-                                  policy, max_links) if chain else None
             page.text = ""  # not sent back: the hash and SimHash carry it
             reply: tuple = ("ok", (page, failure))
         except MemoryError:

@@ -174,3 +174,16 @@ def test_reparse_applies_the_parse_filters(tmp_path, monkeypatch):
     assert "a parse filter raised on 1 pages (first: FailOnOld on http://a.test/old" in \
         report.summary(False, "t")
     sys.modules.pop("reparse_filters", None)
+
+
+def test_reparse_reads_a_page_as_far_as_the_fetchers_parser_does():
+    from crawler.reparse import parse_page
+    from udfs.core.urls import UrlPolicy
+
+    body = b"<a href='/near'>n</a>" + b" " * 5000 + b"<a href='/far'>f</a>"
+    def links(*settings: str) -> list[str]:
+        cfg = load_config([], overrides=list(settings))
+        return parse_page(body, "http://a.test/", [], cfg, UrlPolicy(()))[0].links
+
+    assert links("parse.max_bytes=4096") == ["http://a.test/near"]  # cut where it says
+    assert links() == ["http://a.test/near", "http://a.test/far"]

@@ -54,7 +54,7 @@ from dataclasses import dataclass, replace
 from typing import Protocol
 
 from udfs.core.fingerprints import simhash64, text_hash
-from udfs.core.parse import ParsedPage
+from udfs.core.parse import ParsedPage, parse_html
 from udfs.core.urlfilters import FilterError, build, build_chain, chain_problem, parse_entry
 from udfs.core.urls import UrlPolicy, normalize_url
 
@@ -166,3 +166,17 @@ def apply_chain(chain: Sequence[tuple[str, ParseFilter]], url: str, parsed: Pars
     parsed.noindex, parsed.nofollow = bool(current.noindex), bool(current.nofollow)
     parsed.truncated = parsed.truncated or cut
     return failure
+
+
+def parse_and_filter(body: bytes, url: str, headers: Sequence[tuple[str, str]], *,
+                     user_agent: str, policy: UrlPolicy | None, max_bytes: int,
+                     max_links: int, chain: Sequence[tuple[str, ParseFilter]] = ()
+                     ) -> tuple[ParsedPage, tuple[str, str] | None]:
+    """One page through parse_html and then the chain, as the fetcher's parser processes
+    and `crawl reparse` both run it: (the page, (filter, error) if a filter raised)."""
+    page = parse_html(body, url, headers=headers, user_agent=user_agent, max_bytes=max_bytes,
+                      max_links=max_links, url_policy=policy)
+    if not chain:
+        return page, None
+    return page, apply_chain(chain, url, page, Page(tuple(map(tuple, headers)),
+                                                    body[:max_bytes]), policy, max_links)
