@@ -19,9 +19,10 @@ import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench._results import record, timed  # noqa: E402
+from crawler.many_hosts import Frontier  # noqa: E402
 from udfs.config import load_defaults  # noqa: E402
 from udfs.core.fingerprints import feature_hash_bytes, simhash64  # noqa: E402
-from udfs.core.frontier import FetchResult, Frontier, FrontierConfig, Outcome  # noqa: E402
+from udfs.core.frontier import FetchResult, FrontierConfig, Outcome  # noqa: E402
 from udfs.core.robots import RobotsState, RobotsStatus  # noqa: E402
 
 
@@ -40,7 +41,7 @@ def bench_grants(n_hosts: int, per_host: int, rounds: int) -> list[tuple[str, st
         key = f"http://host{i}.example"
         h = f.host(key)
         # robots.txt already fetched: this measures page leasing, not robots fetching.
-        h.robots = RobotsState(RobotsStatus.RULES, "User-agent: *\nDisallow: /private/\n",
+        h.gate.state = RobotsState(RobotsStatus.RULES, "User-agent: *\nDisallow: /private/\n",
                                0.0, 10**9)
         for j in range(per_host):
             f.discover(f"{key}/section/{j % 10}/page-{j}.html", 0.0)

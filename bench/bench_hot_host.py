@@ -73,7 +73,7 @@ def variant(urls: int, window: int | None, leases: int, folder: str) -> dict[str
     start_rss = rss_mib()
     h = HostFrontier(H, cfg)
     if window is not None:
-        h.attach_cold(stores[2], stores[0])
+        h.window.attach(stores[2], stores[0])
     t0 = time.perf_counter()
     for i in range(urls):
         h.discover(f"{H}/item/{i}", 0.0, checked=True)

@@ -39,10 +39,11 @@ from collections import deque
 from dataclasses import dataclass, replace
 from typing import Any
 
+from crawler.many_hosts import Frontier
 from crawler.oracle import HostRules, Request, count_violations
 from udfs.config import load_defaults
 from udfs.core.backqueue import REPORTED, BackQueues, LeaseTiming, Skip
-from udfs.core.frontier import Acceptance, FetchResult, Frontier, FrontierConfig, Kind, Outcome
+from udfs.core.frontier import Acceptance, FetchResult, FrontierConfig, Kind, Outcome
 from udfs.core.politeness import Jitter
 from udfs.core.recrawl import Change, Dup
 from udfs.core.robots import RobotsPolicy, parse_robots
@@ -496,7 +497,7 @@ class Simulation:
             self.discover(host.key + "/", 0.0, is_seed=True)
             if host.max_in_flight > 1:
                 h = self.frontier.host(host.key)
-                h.set_policy(h.policy.override({"max_in_flight": host.max_in_flight}, 1))
+                h.set_policy(h.pacer.policy.override({"max_in_flight": host.max_in_flight}, 1))
         crash_every = sc.fetches // (sc.crashes + 1) if "crash" in self.faults and \
             sc.crashes else None
         next_crash = crash_every

@@ -34,7 +34,7 @@ from yarl import URL
 
 from udfs.core.addresses import AddressPolicy, parse_ip, url_address_refusal
 from udfs.core.fetching import DnsCache, FetchLimits, classify, request_headers
-from udfs.core.frontier import Kind, Outcome
+from udfs.core.records import Kind, Outcome
 from udfs.core.urls import normalize_url
 from udfs.ttl_resolver import TtlResolver
 from udfs.warc import Exchange

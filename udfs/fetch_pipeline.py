@@ -23,8 +23,8 @@ import aiohttp
 
 from udfs.core.fetching import FetchLimits
 from udfs.core.fingerprints import to_signed64
-from udfs.core.frontier import Kind, Outcome
 from udfs.core.parse import LimitKind, ParsedPage, group_by_host, parse_html
+from udfs.core.records import Kind, Outcome
 from udfs.core.sitemaps import parse_sitemap
 from udfs.core.urls import UrlPolicy, normalize_url
 from udfs.faults import FaultInjector

@@ -10,8 +10,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from udfs.core.addresses import AddressPolicy, url_address_refusal
-from udfs.core.frontier import FetchResult, Kind, Lease, Outcome, UrlState
 from udfs.core.parse import group_by_host
+from udfs.core.records import FetchResult, Kind, Lease, Outcome, UrlState
 from udfs.core.recrawl import Change, Dup
 from udfs.core.shards import Transfer
 from udfs.core.urlfilters import Link, UrlFilter, run_chain

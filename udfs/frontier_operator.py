@@ -130,7 +130,7 @@ class FrontierMetrics:
             self.lag_count[high] = cls.counter("eligibility_lag_seconds_count")
         self.robots_age = _histogram(group, "robots_age_seconds_bucket", ROBOTS_AGE_BUCKETS_S)
         self.robots_age_count = group.counter("robots_age_seconds_count")
-        # The frontier's size (udfs/core/frontier.py GAUGES): counters moved up and down
+        # The frontier's size (udfs/core/frontier/config.py GAUGES): counters moved up and down
         # by each host's change, so they read as gauges (Flink exports counters as such).
         self.size = [group.counter(name) for name in GAUGES]
         self.epoch = uuid.uuid4().hex  # this incarnation: counts restart from zero
@@ -335,12 +335,12 @@ class FrontierFunction(KeyedProcessFunction):
             lease = h.poll(now, self.fetch_budget)
             if lease is None:
                 break
-            if lease.kind is not Kind.ROBOTS and h.robots.fetched_at is not None:
-                self.metrics.robots_aged(now - h.robots.fetched_at)
+            if lease.kind is not Kind.ROBOTS and h.gate.state.fetched_at is not None:
+                self.metrics.robots_aged(now - h.gate.state.fetched_at)
             yield Row(h.host_key.encode(), self.reg.encode("lease", lease_record(lease),
                                                            check=False))
         h.maybe_pull(now)
-        moves, h.outbox = h.outbox, []
+        moves, h.shards.outbox = h.shards.outbox, []
         for t in moves:  # a hot host's moves to and from its shards
             yield SHARDS, transfer_row(self.reg, t)
         self._save(h, before, now)

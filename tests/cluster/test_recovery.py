@@ -74,8 +74,8 @@ def build_with_added_fields(dest: Path) -> Path:
         ("udfs/core/politeness.py", "    max_in_flight: int = 1\n    min_gap_s: float = 1.0\n",
          "    max_in_flight: int = 1\n    min_gap_s: float = 1.0\n"
          "    upgrade_note: str = 'added in v2'\n"),
-        ("udfs/core/frontier.py", '"host_key": self.host_key, "policy"',
-         '"host_key": self.host_key, "build": "v2", "policy"'),
+        ("udfs/core/frontier/state.py", '"host_key": h.host_key, "policy"',
+         '"host_key": h.host_key, "build": "v2", "policy"'),
     ]:
         text = (dest / rel).read_text()
         assert text.count(old) == 1, f"the v2 patch no longer applies to {rel}"

@@ -117,7 +117,7 @@ def test_a_host_with_many_urls_stays_within_its_window_and_leases_each_url_once(
     urls = [f"{H}/p/{i}" for i in range(3000)]
     for url in urls:
         assert h.discover(url, 0.0, checked=True).accepted
-    assert len(h.urls) == CAP and h.big and len(h.cold) == 3000 - CAP
+    assert len(h.urls) == CAP and h.window.big and len(h.window.store) == 3000 - CAP
     assert h.discover(urls[-1], 0.0, checked=True).reason == "known"  # a cold URL is known
     assert h.pending() == 3000
     stores.save(h)
@@ -129,7 +129,7 @@ def test_a_host_with_many_urls_stays_within_its_window_and_leases_each_url_once(
     assert sorted(lease.url for lease in leases) == sorted(urls)  # each exactly once
     assert all(lease.url_version == 1 for lease in leases)
     # Fetched URLs wait for their recrawl in the cold queue, not in memory.
-    assert len(h.urls) < CAP and len(h.cold) + len(h.urls) == 3000
+    assert len(h.urls) < CAP and len(h.window.store) + len(h.urls) == 3000
     assert {url_from_saved(saved).status for saved in stores.urls.values()} == \
         {UrlStatus.FETCHED}
 
@@ -155,7 +155,7 @@ def test_a_small_host_never_touches_the_cold_queue():
         h.discover(f"{H}/p/{i}", 0.0, checked=True)
     stores.save(h)
     leases, _, _, h = crawl(stores, c, 0.0, until=600.0)
-    assert len(leases) == CAP - 10 and not h.big
+    assert len(leases) == CAP - 10 and not h.window.big
     assert len(stores.segments) == 0 and len(stores.resident) == 0
 
 
@@ -167,10 +167,10 @@ def test_cold_urls_that_are_due_displace_resident_ones_that_are_not():
     for i in range(CAP):
         h.discover(f"{H}/later/{i}", t, checked=True)
     for u in h.urls.values():
-        h._enqueue(u, t + 86400.0)  # (white-box: as if a robots re-check were pending)
+        h.queue.enqueue(u, t + 86400.0)  # (white-box: as if a robots re-check were pending)
     for i in range(50):
         h.discover(f"{H}/now/{i}", t, checked=True)
-    assert len(h.cold) == 50
+    assert len(h.window.store) == 50
     stores.save(h)
     leases, largest, _, _ = crawl(stores, c, t, until=t + 300.0)
     assert {lease.url for lease in leases} == {f"{H}/now/{i}" for i in range(50)}
@@ -200,16 +200,16 @@ def test_keyed_state_holds_builtin_values_only_and_restores():
         h.discover(f"{H}/p/{i}", 0.0, checked=True)
     robots = h.poll(0.0)
     h.complete(answer(robots), 0.5)
-    page = h.poll(h.next_allowed_at)
+    page = h.poll(h.pacer.next_allowed_at)
     stores.save(h)
-    assert h.big and page is not None and page.lease_id in h.in_flight
+    assert h.window.big and page is not None and page.lease_id in h.in_flight
     plain = Stores()
     plain.host = _reload(stores.host)
     for src, dst in ((stores.urls, plain.urls), (stores.resident, plain.resident),
                      (stores.segments, plain.segments)):
         dst.update({k: _reload(v) for k, v in src.items()})
     r = plain.load(c)
-    assert r.in_flight[page.lease_id].kind is Kind.PAGE and r.robots.status.value == "RULES"
+    assert r.in_flight[page.lease_id].kind is Kind.PAGE and r.gate.state.status.value == "RULES"
     assert r.urls[page.url_id].status.value == "LEASED" and r.check_invariants() == []
     assert r.complete(answer(r.in_flight[page.lease_id]), 2.0).verdict.value == "accepted"
 
@@ -227,7 +227,7 @@ def test_state_written_with_enum_members_still_restores():
     old = h.host_state()
     old["in_flight"] = {k: {f.name: getattr(v, f.name) for f in fields(v)}
                         for k, v in h.in_flight.items()}
-    old["robots"] = {f.name: getattr(h.robots, f.name) for f in fields(h.robots)}
+    old["robots"] = {f.name: getattr(h.gate.state, f.name) for f in fields(h.gate.state)}
     old_urls = {uid: dict(zip(URL_FIELD_NAMES, (getattr(u, n) for n in URL_FIELD_NAMES),
                               strict=True)) for uid, u in h.urls.items()}
     assert any(isinstance(v["status"], UrlStatus) for v in old_urls.values())

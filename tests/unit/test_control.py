@@ -78,7 +78,7 @@ def test_set_changes_only_this_hosts_policy_and_every_later_gap():
     reply = apply_command(h, cmd(Command.SET, 1_000, settings={"min_gap_s": 3.0}), t + 5,
                           DEFAULT_POLICY)
     assert reply.applied and reply.detail["policy"]["min_gap_s"] == 3.0
-    assert h.policy.policy_version == 1 and other.policy == CFG.host
+    assert h.pacer.policy.policy_version == 1 and other.pacer.policy == CFG.host
     after = drain(h, t + 5, t + 40)
     assert len(after) >= 8
     assert min(b - a for a, b in zip(after, after[1:], strict=False)) >= 3.0
@@ -92,7 +92,7 @@ def test_commands_apply_in_arrival_order_and_a_record_written_twice_applies_once
     again = apply_command(h, cmd(Command.SET, 50, settings={"min_gap_s": 9.0}), 2.0,
                           DEFAULT_POLICY)
     assert again.ok and not again.applied and "applied already" in again.detail["note"]
-    assert h.policy.min_gap_s == 2.0 and h.control_version == 1
+    assert h.pacer.policy.min_gap_s == 2.0 and h.control_version == 1
     # A later command from a sender whose clock is behind still applies: the topic's
     # order is the order, not the senders' clocks.
     later = apply_command(h, cmd(Command.PAUSE, 40), 2.0, DEFAULT_POLICY)
@@ -107,7 +107,8 @@ def test_reset_goes_back_to_the_configured_policy_with_a_newer_version():
     apply_command(h, cmd(Command.PAUSE, 6), 1.0, DEFAULT_POLICY)
     reply = apply_command(h, cmd(Command.RESET, 7), 1.0, DEFAULT_POLICY)
     assert reply.applied and not h.paused
-    assert replace(h.policy, policy_version=0) == DEFAULT_POLICY and h.policy.policy_version == 2
+    assert replace(h.pacer.policy, policy_version=0) == DEFAULT_POLICY
+    assert h.pacer.policy.policy_version == 2
 
 
 def test_bad_settings_are_refused_and_change_nothing():
@@ -125,10 +126,11 @@ def test_controls_and_recent_outcomes_survive_a_restore_and_old_state_restores_u
     apply_command(h, cmd(Command.SET, 9, settings={"min_gap_s": 4.0}), t + 2, DEFAULT_POLICY)
     apply_command(h, cmd(Command.PAUSE, 10), t + 2, DEFAULT_POLICY)
     back = HostFrontier.restore(h.snapshot(), CFG)
-    assert back.paused and back.control_version == 2 and back.policy.min_gap_s == 4.0
+    assert back.paused and back.control_version == 2 and back.pacer.policy.min_gap_s == 4.0
     assert back.commands == ["c9", "c10"]
-    assert back.recent == h.recent and [r[2] for r in back.recent][-1] == Outcome.OK.value
-    assert back.recent[0][1] == "ROBOTS"
+    assert back.ends.recent == h.ends.recent
+    assert [r[2] for r in back.ends.recent][-1] == Outcome.OK.value
+    assert back.ends.recent[0][1] == "ROBOTS"
     old = {k: v for k, v in h.snapshot().items()
            if k not in ("paused", "control_version", "commands", "recent")}
     older = HostFrontier.restore(old, CFG)  # written by a build without host controls

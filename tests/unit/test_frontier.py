@@ -8,11 +8,11 @@ from email.utils import format_datetime
 
 import pytest
 
+from crawler.many_hosts import Frontier
 from udfs.config import load_defaults
 from udfs.core.frontier import (
     Acceptance,
     FetchResult,
-    Frontier,
     FrontierConfig,
     HostFrontier,
     Kind,
@@ -62,7 +62,7 @@ def with_robots(h, now=0.0, body=ROBOTS, urls=()):
     assert lease is not None and lease.kind is Kind.ROBOTS and lease.url == H + "/robots.txt"
     res = h.complete(ok(lease, http_status=200, robots_body=body), now)
     assert res.verdict is Acceptance.ACCEPTED
-    return now + h.gap_s()
+    return now + h.pacer.gap_s()
 
 
 # -- item 1: host scheduling ----------------------------------------------------------
@@ -91,14 +91,14 @@ def test_gap_grows_with_fetch_duration():
     a = h.poll(t)
     h.complete(ok(a, duration=0.5), t + 1)  # 10 x 0.5 s = 5 s
     assert h.poll(t + 5.9) is None and h.poll(t + 6.0) is not None
-    assert h.gap_s(60.0) == CFG.host.max_gap_s  # capped
+    assert h.pacer.gap_s(60.0) == CFG.host.max_gap_s  # capped
 
 
 def test_crawl_delay_is_honoured():
     h = host()
     t = with_robots(h, body="User-agent: *\nCrawl-delay: 7\n", urls=[H + "/a", H + "/b"])
-    assert h.gap_s() == 7.0
-    t = max(t, h.next_allowed_at)
+    assert h.pacer.gap_s() == 7.0
+    t = max(t, h.pacer.next_allowed_at)
     a = h.poll(t)
     h.complete(ok(a), t)
     assert h.poll(t + 6.9) is None and h.poll(t + 7.0) is not None
@@ -107,17 +107,17 @@ def test_crawl_delay_is_honoured():
 def test_per_host_override_is_versioned_and_allows_concurrency():
     h = host()
     with pytest.raises(ValueError, match="not newer"):
-        h.set_policy(h.policy.override({"max_in_flight": 2}, 0))
+        h.set_policy(h.pacer.policy.override({"max_in_flight": 2}, 0))
     with pytest.raises(ValueError, match="unknown host policy fields"):
-        h.policy.override({"speed": 9}, 1)
-    h.set_policy(h.policy.override({"max_in_flight": 2, "min_gap_s": 0.1}, 3))
-    assert h.policy.policy_version == 3
+        h.pacer.policy.override({"speed": 9}, 1)
+    h.set_policy(h.pacer.policy.override({"max_in_flight": 2, "min_gap_s": 0.1}, 3))
+    assert h.pacer.policy.policy_version == 3
     t = with_robots(h, urls=[f"{H}/{p}" for p in "abc"])
     a, b = h.poll(t), h.poll(t + 0.1)
     assert a and b and h.poll(t + 0.2) is None  # two in flight, the third waits
     with pytest.raises(ValueError, match="not newer"):
-        h.set_policy(replace(h.policy, max_in_flight=9, policy_version=2))
-    assert h.policy.max_in_flight == 2
+        h.set_policy(replace(h.pacer.policy, max_in_flight=9, policy_version=2))
+    assert h.pacer.policy.max_in_flight == 2
 
 
 def test_retry_after_seconds_http_date_and_backoff_with_reduced_allowance():
@@ -125,32 +125,32 @@ def test_retry_after_seconds_http_date_and_backoff_with_reduced_allowance():
     t = with_robots(h, urls=[f"{H}/p{p}" for p in range(6)])
     lease = h.poll(t)
     h.complete(ok(lease, Outcome.THROTTLED, http_status=429, retry_after="120"), t)
-    assert h.backoff_until == t + 120 and h.allowance == 0.5
+    assert h.pacer.backoff_until == t + 120 and h.pacer.allowance == 0.5
     assert h.poll(t + 119) is None
     lease = h.poll(t + 120)
     assert lease is not None
     when = datetime.fromtimestamp(t + 1000, UTC)
     h.complete(ok(lease, Outcome.THROTTLED, http_status=503,
                   retry_after=format_datetime(when, usegmt=True)), t + 121)
-    assert h.backoff_until == t + 1000 and h.allowance == 0.25
+    assert h.pacer.backoff_until == t + 1000 and h.pacer.allowance == 0.25
     # The reduced allowance stretches the gap: 1 s / 0.25.
-    assert h.gap_s() == 4.0
+    assert h.pacer.gap_s() == 4.0
     lease = h.poll(t + 1000)
     h.complete(ok(lease, Outcome.THROTTLED, http_status=429), t + 1000)  # no Retry-After
-    wait = h.backoff_until - (t + 1000)
+    wait = h.pacer.backoff_until - (t + 1000)
     base = CFG.host.backoff_base_s * 2 ** 2
     assert 0.5 * base <= wait <= base  # jittered exponential
     # Good answers bring the allowance back, up to 1.
-    now = h.backoff_until
+    now = h.pacer.backoff_until
     for _ in range(12):
         lease = h.poll(now)
         if lease is None:
-            now = h.next_allowed_at
+            now = h.pacer.next_allowed_at
             continue
         h.complete(ok(lease), now)
-        now = h.next_allowed_at
+        now = h.pacer.next_allowed_at
         h.discover(f"{H}/more{now}", now)
-    assert h.allowance > 0.25 and h.backoff_exponent == 0
+    assert h.pacer.allowance > 0.25 and h.pacer.backoff_exponent == 0
 
 
 def test_daily_host_budget():
@@ -266,7 +266,7 @@ def poll_page(h, now, body=ROBOTS):
     lease = h.poll(now)
     if lease is not None and lease.kind is Kind.ROBOTS:
         h.complete(ok(lease, http_status=200, robots_body=body), now)
-        return poll_page(h, h.next_allowed_at, body)
+        return poll_page(h, h.pacer.next_allowed_at, body)
     return lease
 
 
@@ -274,7 +274,7 @@ def visit(h, url, now, outcome=Outcome.OK, **kw):
     if not h.urls:
         now = with_robots(h, now, urls=[url])
     h.discover(url, now)
-    lease = h.poll(max(now, h.next_allowed_at, h.backoff_until))
+    lease = h.poll(max(now, h.pacer.next_allowed_at, h.pacer.backoff_until))
     assert lease is not None, h.stats
     return lease, h.complete(ok(lease, outcome, **kw), max(now, lease.issued_at))
 
@@ -300,18 +300,18 @@ def test_redirects_go_to_discovery_with_a_hop_limit_and_loop_detection():
     _, res = visit(h, H + "/old", t, Outcome.REDIRECT, http_status=301,
                    redirect_location="http://other.example/new")
     assert res.discovered == [("http://other.example/new", 0, 1, "REDIRECT")] and not res.index
-    _, res = visit(h, H + "/self", h.next_allowed_at, Outcome.REDIRECT, http_status=302,
+    _, res = visit(h, H + "/self", h.pacer.next_allowed_at, Outcome.REDIRECT, http_status=302,
                    redirect_location=H + "/self")
     assert res.discovered == [] and h.stats["redirect_loops"] == 1
     refused = h.discover(H + "/far", t, redirect_hops=CFG.max_redirect_hops + 1)
     assert not refused.accepted and refused.reason == "redirect_hops"
     # Hops add up along a chain: a URL reached by 2 redirects reports 3 for its target.
     h.discover(H + "/hop2", t, redirect_hops=2)
-    now = h.next_allowed_at
+    now = h.pacer.next_allowed_at
     lease = h.poll(now)
     while lease.url != H + "/hop2":
         h.complete(ok(lease), now)
-        now = h.next_allowed_at
+        now = h.pacer.next_allowed_at
         lease = h.poll(now)
     res = h.complete(ok(lease, Outcome.REDIRECT, http_status=301,
                         redirect_location=H + "/hop3"), now)
@@ -358,7 +358,7 @@ def test_transient_failures_retry_with_backoff_then_park(outcome):
     t = with_robots(h, urls=[H + "/flaky"])
     now, dues = t, []
     for _ in range(CFG.max_retries + 1):
-        now = max(now, h.next_allowed_at, h.backoff_until)
+        now = max(now, h.pacer.next_allowed_at, h.pacer.backoff_until)
         lease = h.poll(now)
         assert lease is not None
         h.complete(ok(lease, outcome), now)
@@ -367,7 +367,7 @@ def test_transient_failures_retry_with_backoff_then_park(outcome):
         now = u.next_fetch_at
     assert u.status is UrlStatus.PARKED and outcome.value in u.park_reason
     assert dues[0] < dues[1] < dues[2]  # backing off
-    assert h.backoff_exponent == CFG.max_retries + 1  # the host backs off too
+    assert h.pacer.backoff_exponent == CFG.max_retries + 1  # the host backs off too
     assert h.check_invariants() == []
 
 
@@ -378,14 +378,14 @@ def test_throttling_never_parks_a_url_it_waits_for_the_host_backoff():
     t = with_robots(h, urls=[H + "/busy"])
     now = t
     for i in range(CFG.max_retries + 3):
-        now = max(now, h.next_allowed_at, h.backoff_until)
+        now = max(now, h.pacer.next_allowed_at, h.pacer.backoff_until)
         lease = h.poll(now)
         assert lease is not None, i
         h.complete(ok(lease, Outcome.THROTTLED, http_status=429, retry_after="7"), now)
         u = h.urls[lease.url_id]
         assert u.status is UrlStatus.QUEUED and u.failure_count == 0
-        assert u.next_fetch_at >= h.backoff_until == now + 7
-    now = max(h.next_allowed_at, h.backoff_until)
+        assert u.next_fetch_at >= h.pacer.backoff_until == now + 7
+    now = max(h.pacer.next_allowed_at, h.pacer.backoff_until)
     lease = h.poll(now)
     h.complete(ok(lease), now)
     assert h.urls[lease.url_id].status is UrlStatus.FETCHED
@@ -405,7 +405,7 @@ def test_robots_disallow_is_never_leased():
         now += 1
     assert leases == [H + "/public"] and h.stats["robots_disallowed"] >= 1
     u = next(u for u in h.urls.values() if "private" in u.url)
-    assert u.status is UrlStatus.QUEUED and u.next_fetch_at >= h.robots.expires_at
+    assert u.status is UrlStatus.QUEUED and u.next_fetch_at >= h.gate.state.expires_at
 
 
 def test_robots_unreachable_disallows_everything_until_it_recovers():
@@ -417,11 +417,11 @@ def test_robots_unreachable_disallows_everything_until_it_recovers():
     while now < 50:
         assert (lease := h.poll(now)) is None or lease.kind is Kind.ROBOTS
         now += 1
-    retry = h.robots.retry_at
-    robots = h.poll(max(retry, h.backoff_until))
+    retry = h.gate.state.retry_at
+    robots = h.poll(max(retry, h.pacer.backoff_until))
     assert robots.kind is Kind.ROBOTS
     h.complete(ok(robots, http_status=200, robots_body=""), robots.issued_at)
-    page = h.poll(h.next_allowed_at)
+    page = h.poll(h.pacer.next_allowed_at)
     assert page.kind is Kind.PAGE
 
 
@@ -430,7 +430,7 @@ def test_robots_redirects_are_followed_and_sitemaps_discovered():
     h.discover(H + "/a", 0.0)
     r1 = h.poll(0.0)
     h.complete(ok(r1, Outcome.REDIRECT, http_status=301, redirect_location="/r2.txt"), 0.0)
-    r2 = h.poll(h.next_allowed_at)
+    r2 = h.poll(h.pacer.next_allowed_at)
     assert r2.kind is Kind.ROBOTS and r2.url == H + "/r2.txt"
     res = h.complete(ok(r2, http_status=200, robots_body="Sitemap: /sm.xml\n"), 1.0)
     assert res.discovered == [(H + "/sm.xml", 0, 0, "ROBOTS_SITEMAP")]
@@ -441,7 +441,7 @@ def test_address_blocked_parks_the_url_and_rests_the_host():
     t = 0.0
     lease, _ = visit(h, H + "/a", t, Outcome.ADDRESS_BLOCKED)
     assert h.urls[lease.url_id].status is UrlStatus.PARKED
-    assert h.backoff_until == lease.issued_at + CFG.address_block_s
+    assert h.pacer.backoff_until == lease.issued_at + CFG.address_block_s
 
 
 def test_traps_refuse_with_a_reason():
@@ -486,11 +486,11 @@ def test_snapshot_restore_keeps_tokens_leases_and_queue():
     snap = h.snapshot()
     h.complete(ok(lease), t + 1)  # after the snapshot: lost with the crash
     r = HostFrontier.restore(snap, CFG)
-    assert r.next_allowed_at == snap["next_allowed_at"] and lease.lease_id in r.in_flight
+    assert r.pacer.next_allowed_at == snap["next_allowed_at"] and lease.lease_id in r.in_flight
     assert r.check_invariants() == [] and r.pending() == 4
     assert r.poll(t + 0.5) is None  # the restored in-flight lease still holds the token
     assert r.complete(ok(lease), t + 2).verdict is Acceptance.ACCEPTED
-    assert r.poll(r.next_allowed_at).url_version == 1
+    assert r.poll(r.pacer.next_allowed_at).url_version == 1
 
 
 def test_restore_from_field_dicts_tolerates_added_and_retired_fields():
@@ -507,7 +507,7 @@ def test_restore_from_field_dicts_tolerates_added_and_retired_fields():
     r = HostFrontier.restore({**snap, "urls": as_dicts}, CFG)
     assert r.check_invariants() == [] and r.pending() == 3
     assert all(u.kind is Kind.PAGE for u in r.urls.values())
-    assert r.poll(max(t, r.next_allowed_at)).url.startswith(H + "/p")
+    assert r.poll(max(t, r.pacer.next_allowed_at)).url.startswith(H + "/p")
 
 
 def test_host_state_is_plain_data_by_field_name_and_survives_added_and_retired_fields():
@@ -531,12 +531,12 @@ def test_host_state_is_plain_data_by_field_name_and_survives_added_and_retired_f
     del saved["backoff_exponent"]  # a top-level field added since: a new host's value
     saved["retired_top_level"] = [1, 2]
     r = HostFrontier.restore({**saved, "urls": urls}, CFG)
-    assert r.policy.policy_version == 0 and r.robots.retry_at == 0.0
-    assert r.backoff_exponent == 0
+    assert r.pacer.policy.policy_version == 0 and r.gate.state.retry_at == 0.0
+    assert r.pacer.backoff_exponent == 0
     assert r.added_fields == {"policy.policy_version", "robots.retry_at",
                               "in_flight.last_modified", "backoff_exponent"}
     assert r.in_flight[lease.lease_id].url == lease.url  # the lease in flight survived
-    assert r.next_allowed_at == h.next_allowed_at and r.check_invariants() == []
+    assert r.pacer.next_allowed_at == h.pacer.next_allowed_at and r.check_invariants() == []
     done = r.complete(ok(r.in_flight[lease.lease_id]), t + 1)
     assert done.verdict is Acceptance.ACCEPTED
     # State written by this very code restores with nothing added.
@@ -586,22 +586,22 @@ def test_a_lease_not_sent_goes_back_without_spending_an_attempt_or_the_gap():
     h = lookahead_host()
     t = with_robots(h, urls=[f"{H}/p{i}" for i in range(3)])
     a, b, c = h.poll(t), h.poll(t), h.poll(t)
-    before = (h.next_allowed_at, h.plan_at)
+    before = (h.pacer.next_allowed_at, h.pacer.plan_at)
     res = h.complete(ok(c, Outcome.NOT_SENT, detail=Skip.TOO_EARLY.value), t + 0.1)
     assert res.verdict is Acceptance.ACCEPTED and not res.index
-    assert (h.next_allowed_at, h.plan_at) == before  # the host was not contacted
+    assert (h.pacer.next_allowed_at, h.pacer.plan_at) == before  # the host was not contacted
     u = h.urls[c.url_id]
     assert u.status is UrlStatus.QUEUED and c.lease_id not in h.in_flight
     again = h.poll(t + 0.1)
     assert again.url_id == c.url_id and again.attempt == 1 and again.url_version == 1
     # A fetcher that lost the chain: only a head next, once nothing is out.
     h.complete(ok(again, Outcome.NOT_SENT, detail=Skip.UNKNOWN_PREDECESSOR.value), t + 0.2)
-    assert h.heads_only and h.poll(t + 0.2) is None
+    assert h.pacer.heads_only and h.poll(t + 0.2) is None
     h.complete(ok(a, fetched_at=t + 0.1), t + 0.3)
     assert h.poll(t + 0.3) is None  # b is still out
     h.complete(ok(b, fetched_at=t + 1.1), t + 1.2)
     head = h.poll(t + 1.2)
-    assert head.prev_lease_id is None and not h.heads_only
+    assert head.prev_lease_id is None and not h.pacer.heads_only
     # A repeated NOT_SENT for a lease already taken back changes nothing.
     assert h.complete(ok(c, Outcome.NOT_SENT), t + 1.3).verdict is Acceptance.STALE
 

@@ -89,7 +89,7 @@ def test_lease_completion_index_round_trip_through_avro():
                   "host_key": "http://h.example", "url": robots.url}
     res = h.complete(fetch_result(completion), 0.1)
     assert res.verdict.value == "accepted"
-    page = h.poll(h.next_allowed_at)
+    page = h.poll(h.pacer.next_allowed_at)
     record = lease_record(page)
     assert REG.decode("lease", REG.encode("lease", record)) == record
     done = {**load_examples(REG.latest("completion"))[0], "lease_id": page.lease_id,

@@ -164,9 +164,9 @@ def test_a_host_wakes_when_its_backoff_ends_though_nothing_is_due():
                 break
         t = max(t, lease.not_before)
         h.complete(ok(lease, Outcome.SERVER_ERROR, http_status=500), t)
-    assert h.urls[lease.url_id].status.value == "PARKED" and h.backoff_until > t + 60
-    assert h.next_wake(t) == h.backoff_until
-    assert h.gauges(t)[3] == 1 and h.gauges(h.backoff_until)[3] == 0
+    assert h.urls[lease.url_id].status.value == "PARKED" and h.pacer.backoff_until > t + 60
+    assert h.next_wake(t) == h.pacer.backoff_until
+    assert h.gauges(t)[3] == 1 and h.gauges(h.pacer.backoff_until)[3] == 0
 
 
 def test_the_intake_counts_dead_letters_by_reason(world):  # noqa: F811

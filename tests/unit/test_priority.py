@@ -120,15 +120,15 @@ def fetched_pair(cfg=CFG):
     for _ in range(2):
         lease = poll_page(h, t)
         h.complete(ok(lease, text_sha256=text[lease.url]), lease.issued_at)
-        t = h.next_allowed_at
+        t = h.pacer.next_allowed_at
     for _ in range(2):  # second visits: /changing changed, /static did not
         lease = poll_page(h, max(t, min(u.next_fetch_at for u in h.urls.values())))
         changed = lease.url.endswith("/changing")
         h.complete(ok(lease, text_sha256="c2" if changed else "s1"), lease.issued_at)
-        t = h.next_allowed_at
+        t = h.pacer.next_allowed_at
     due = max(u.next_fetch_at for u in h.urls.values()) + 1
     for path in ("/static", "/changing"):  # both due together, /static queued first
-        h._enqueue(h.find(H + path)[1], due)
+        h.queue.enqueue(h.find(H + path)[1], due)
     return h, due
 
 
@@ -144,19 +144,19 @@ def test_a_duplicate_report_spaces_out_the_revisit_once_and_counts_toward_the_ho
     h = HostFrontier(H, CFG, seed=1)
     lease, res = visit(h, H + "/d", 0.0, text_sha256="t", body_sha256="b")
     u = h.urls[lease.url_id]
-    assert res.change.value == "NEW" and h.dup_share == 0.0
+    assert res.change.value == "NEW" and h.ends.dup_share == 0.0
     before = u.next_fetch_at
     assert h.duplicate(u.url_id, u.version, Dup.EXACT, True, lease.issued_at)
     assert u.dup == Dup.EXACT and u.status is UrlStatus.FETCHED
     assert u.next_fetch_at == pytest.approx(
         u.last_fetch_at + min(RC.max_interval_s, 4 * u.interval_s))
     assert u.next_fetch_at >= before
-    assert h.dup_share == pytest.approx(0.05)
+    assert h.ends.dup_share == pytest.approx(0.05)
     # The same answer again (a replay) and an older round change nothing.
     assert not h.duplicate(u.url_id, u.version, Dup.EXACT, True, lease.issued_at)
     assert not h.duplicate(u.url_id, u.version - 1, Dup.NEAR, False, lease.issued_at)
     assert not h.duplicate("ffffffffffffffff", 1, Dup.NEAR, False, lease.issued_at)
-    assert h.dup_share == pytest.approx(0.05) and h.check_invariants() == []
+    assert h.ends.dup_share == pytest.approx(0.05) and h.check_invariants() == []
 
 
 def test_a_changed_page_is_no_longer_a_duplicate_until_the_index_says_so_again():
@@ -178,8 +178,8 @@ def test_a_duplicate_heavy_host_spaces_every_revisit_but_fetches_every_new_page(
         h.complete(ok(lease, text_sha256="same"), lease.issued_at)
         if lease.url != urls[-1]:
             h.duplicate(lease.url_id, lease.url_version, Dup.EXACT, True, lease.issued_at)
-        t = h.next_allowed_at
-    assert h.dup_share >= RC.duplicate_host_share
+        t = h.pacer.next_allowed_at
+    assert h.ends.dup_share >= RC.duplicate_host_share
     assert all(u.last_fetch_at is not None for u in h.urls.values())  # coverage kept
     last = h.find(urls[-1])[1]  # not itself a duplicate: spaced because of its host
     assert last.dup == Dup.NONE
@@ -197,7 +197,7 @@ def test_a_sitemap_lastmod_newer_than_the_last_fetch_makes_a_known_url_due_now()
     assert u.next_fetch_at > now
     h.discover(H + "/news", now, lastmod=now - 60)
     assert u.next_fetch_at == now and h.stats["sitemap_changed_due"] == 1
-    assert poll_page(h, max(now, h.next_allowed_at)).url == H + "/news"
+    assert poll_page(h, max(now, h.pacer.next_allowed_at)).url == H + "/news"
 
 
 def test_changefreq_gives_a_new_url_its_first_interval():
@@ -213,7 +213,7 @@ def test_the_duplicate_flag_and_the_host_share_survive_snapshots_and_keyed_state
     lease, _ = visit(h, H + "/d", 0.0, text_sha256="t1")
     h.duplicate(lease.url_id, lease.url_version, Dup.NEAR, True, lease.issued_at)
     r = HostFrontier.restore(h.snapshot(), CFG)
-    assert r.urls[lease.url_id].dup == Dup.NEAR and r.dup_share == h.dup_share
+    assert r.urls[lease.url_id].dup == Dup.NEAR and r.ends.dup_share == h.ends.dup_share
     saved = url_to_saved(h.urls[lease.url_id])
     assert saved[0] == 2 and url_from_saved(saved).dup == Dup.NEAR
     # A URL written in layout 1 (before the flag) loads as not a duplicate.
@@ -223,7 +223,7 @@ def test_the_duplicate_flag_and_the_host_share_survive_snapshots_and_keyed_state
     state = h.host_state()
     del state["dup_share"]
     back = HostFrontier.restore({**state, "urls": {}}, CFG)
-    assert back.dup_share == 0.0 and "dup_share" in back.added_fields
+    assert back.ends.dup_share == 0.0 and "dup_share" in back.added_fields
 
 
 def test_failed_pages_rank_below_healthy_ones_in_the_queue():
@@ -232,11 +232,11 @@ def test_failed_pages_rank_below_healthy_ones_in_the_queue():
     lease = poll_page(h, t)
     if lease.url.endswith("/fine"):  # make /flaky the one that fails
         h.complete(ok(lease, text_sha256="f"), lease.issued_at)
-        lease = poll_page(h, h.next_allowed_at)
+        lease = poll_page(h, h.pacer.next_allowed_at)
     h.complete(ok(lease, Outcome.SERVER_ERROR, http_status=500), lease.issued_at)
     flaky = h.find(H + "/flaky")[1]
     assert flaky.failure_count == 1
-    assert h.score(flaky) == flaky.priority / 2 < h.score(h.find(H + "/fine")[1])
+    assert h.queue.score(flaky) == flaky.priority / 2 < h.queue.score(h.find(H + "/fine")[1])
 
 
 # -- the records between the topics and the core ------------------------------------------
@@ -276,7 +276,7 @@ def test_budget_wait_paces_the_day_by_weight():
 
 
 def test_a_tight_budget_goes_first_to_the_healthy_host_and_then_to_the_throttled_one():
-    from udfs.core.frontier import Frontier
+    from crawler.many_hosts import Frontier
 
     def run(cfg):
         f = Frontier(replace(cfg, daily_fetch_budget=100), seed=1)
@@ -286,7 +286,7 @@ def test_a_tight_budget_goes_first_to_the_healthy_host_and_then_to_the_throttled
         per_host = {"http://healthy.example": 0, "http://throttled.example": 0}
         now = 0.0
         while now < 600:  # ten minutes of a day whose budget is 100 pages
-            f.hosts["http://throttled.example"].allowance = 0.25  # it keeps answering 429
+            f.hosts["http://throttled.example"].pacer.allowance = 0.25  # it keeps answering 429
             for lease in f.poll(now):
                 if lease.kind is Kind.PAGE:
                     per_host[lease.host_key] += 1

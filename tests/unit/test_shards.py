@@ -9,11 +9,11 @@ from dataclasses import replace
 
 import pytest
 
+from crawler.many_hosts import Frontier, LocalShards
 from tests.unit.test_coldqueue import Stores, answer
 from udfs.core.coldqueue import DictKeyValue
-from udfs.core.frontier import Frontier, FrontierConfig, HostFrontier, Kind, url_from_saved
+from udfs.core.frontier import FrontierConfig, HostFrontier, Kind, url_from_saved
 from udfs.core.shards import (
-    LocalShards,
     ShardQueue,
     Transfer,
     shard_key,
@@ -101,7 +101,7 @@ def test_every_url_of_a_hot_host_is_leased_once_and_the_owner_stays_bounded():
     leases, largest, h, shards = drive(c, 2000, rebuild_every=37)
     assert sorted(lease.url for lease in leases) == sorted(f"{H}/p/{i}" for i in range(2000))
     assert all(lease.url_version == 1 for lease in leases)
-    assert shards.total() == 0 and h.sharded == {} and h.pull_out is None
+    assert shards.total() == 0 and h.shards.sharded == {} and h.shards.pull_out is None
     # Fetched URLs stay with their owner (for their revisits); of the backlog, the owner
     # never held more than its threshold and a refill.
     assert h.stats["urls_sharded"] == 2000 - 150
@@ -120,31 +120,31 @@ def test_the_owner_pulls_again_after_a_lost_answer_and_restores_its_shard_counts
     h = HostFrontier(H, c)
     for i in range(300):
         h.discover(f"{H}/p/{i}", 0.0)
-    puts = [t for t in h.outbox if t.kind == "PUT"]
-    assert sum(len(t.urls) for t in puts) == 150 and sum(h.sharded.values()) == 150
-    h.outbox.clear()  # sent
+    puts = [t for t in h.shards.outbox if t.kind == "PUT"]
+    assert sum(len(t.urls) for t in puts) == 150 and sum(h.shards.sharded.values()) == 150
+    h.shards.outbox.clear()  # sent
     h.urls.clear()  # as if its own queue were spent
     h.maybe_pull(10.0)
-    (pull,) = h.outbox
+    (pull,) = h.shards.outbox
     assert pull.kind == "PULL" and pull.want == 40 and pull.target == shard_key(H, pull.shard)
-    h.outbox.clear()
+    h.shards.outbox.clear()
     h.maybe_pull(20.0)
-    assert h.outbox == []  # one pull out at a time
+    assert h.shards.outbox == []  # one pull out at a time
     assert h.next_wake(20.0) == 40.0  # woken when the answer is overdue
     snap = HostFrontier.restore(h.snapshot(), c)
-    assert snap.sharded == h.sharded and snap.pull_out == [pull.shard, 10.0]
+    assert snap.shards.sharded == h.shards.sharded and snap.shards.pull_out == [pull.shard, 10.0]
     snap.maybe_pull(41.0)
-    assert [t.kind for t in snap.outbox] == ["PULL"]
+    assert [t.kind for t in snap.shards.outbox] == ["PULL"]
     # An answer that says the shard is empty clears its count.
     snap.take_refill(Transfer("REFILL", H, pull.shard, [], remaining=0), 42.0)
-    assert pull.shard not in snap.sharded and snap.pull_out is None
+    assert pull.shard not in snap.shards.sharded and snap.shards.pull_out is None
 
 
 def test_below_the_threshold_nothing_moves_and_the_many_host_driver_carries_moves():
     h = HostFrontier(H, FrontierConfig())
     for i in range(500):
         h.discover(f"{H}/p/{i}", 0.0)
-    assert h.outbox == [] and h.known() == 500
+    assert h.shards.outbox == [] and h.known() == 500
     f = Frontier(cfg())
     for i in range(400):
         f.discover(f"{H}/p/{i}", 0.0)
@@ -159,5 +159,5 @@ def test_host_show_counts_the_urls_in_shards():
     for i in range(200):
         h.discover(f"{H}/p/{i}", 0.0)
     d = describe_host(h, 0.0)
-    assert d["urls"]["sharded"] == 50 and d["urls"]["shards"] == len(h.sharded) > 1
-    assert f"50 in {len(h.sharded)} shard(s)" in render_host(d)
+    assert d["urls"]["sharded"] == 50 and d["urls"]["shards"] == len(h.shards.sharded) > 1
+    assert f"50 in {len(h.shards.sharded)} shard(s)" in render_host(d)

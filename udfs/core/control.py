@@ -23,7 +23,7 @@ from typing import Any
 
 from udfs.core.frontier import HostFrontier, UrlState, UrlStatus
 from udfs.core.politeness import HostPolicy
-from udfs.core.robots import Verdict, decide
+from udfs.core.robots import Verdict
 
 # The per-host policy keys an operator may set: HostPolicy's fields but its version.
 POLICY_KEYS = tuple(k for k in HostPolicy.__dataclass_fields__ if k != "policy_version")
@@ -78,9 +78,9 @@ def apply_command(h: HostFrontier, cmd: HostCommand, now: float, defaults: HostP
             if unknown or not cmd.settings:
                 return Reply(False, error=f"not per-host policy keys: {unknown}; allowed: "
                              f"{', '.join(POLICY_KEYS)}" if unknown else "SET needs settings")
-            h.set_policy(h.policy.override(cmd.settings, h.policy.policy_version + 1))
+            h.set_policy(h.pacer.policy.override(cmd.settings, h.pacer.policy.policy_version + 1))
         elif cmd.command is Command.RESET:
-            h.policy = replace(defaults, policy_version=h.policy.policy_version + 1)
+            h.pacer.policy = replace(defaults, policy_version=h.pacer.policy.policy_version + 1)
             h.paused = False
         else:
             h.paused = cmd.command is Command.PAUSE
@@ -105,18 +105,18 @@ def describe_host(h: HostFrontier, now: float) -> dict[str, Any]:
         by_status[u.status.value] += 1
         if u.status is not UrlStatus.LEASED and u.next_fetch_at <= now:
             due += 1
-    r = h.robots
-    pace = h.pace()
+    r, pacer = h.gate.state, h.pacer
+    pace = pacer.pace()
     return {
         "host_key": h.host_key, "now": now, "paused": h.paused,
-        "known": bool(h.urls or h.in_flight or h.robots.fetched_at is not None or h.big),
+        "known": bool(h.urls or h.in_flight or r.fetched_at is not None or h.window.big),
         "control_version": h.control_version,
-        "policy": {k: getattr(h.policy, k) for k in (*POLICY_KEYS, "policy_version")},
+        "policy": {k: getattr(pacer.policy, k) for k in (*POLICY_KEYS, "policy_version")},
         "pace": {"gap_s": pace.gap_s, "max_in_flight": pace.max_in_flight,
-                 "allowance": h.allowance, "crawl_delay_s": h._crawl_delay},
+                 "allowance": pacer.allowance, "crawl_delay_s": pacer.crawl_delay},
         "next_allowed_in_s": _in(h.ready_at(now), now),
-        "backoff_in_s": _in(h.backoff_until, now) if h.backoff_until > now else None,
-        "backoff_exponent": h.backoff_exponent,
+        "backoff_in_s": _in(pacer.backoff_until, now) if pacer.backoff_until > now else None,
+        "backoff_exponent": pacer.backoff_exponent,
         "robots": {"status": r.status.value,
                    "age_s": None if r.fetched_at is None else round(now - r.fetched_at, 3),
                    "expires_in_s": _in(r.expires_at, now) if r.fetched_at is not None else None,
@@ -126,14 +126,14 @@ def describe_host(h: HostFrontier, now: float) -> dict[str, Any]:
                       for lease in sorted(h.in_flight.values(),
                                           key=lambda x: (x.not_before, x.lease_id))],
         "urls": {"resident": len(h.urls), "by_status": by_status, "due": due,
-                 "cold": len(h.cold) if h.big and h.cold is not None else 0,
+                 "cold": h.window.cold(),
                  # a hot host's shards (udfs/core/shards.py): URLs each holds, as the
                  # owner counts them (its puts, less what their answers returned)
-                 "sharded": sum(h.sharded.values()), "shards": len(h.sharded)},
-        "budget_left_today": h.budget.remaining(now, h.policy.daily_budget),
-        "dup_share": round(h.dup_share, 3),
+                 "sharded": sum(h.shards.sharded.values()), "shards": len(h.shards.sharded)},
+        "budget_left_today": h.budget.remaining(now, pacer.policy.daily_budget),
+        "dup_share": round(h.ends.dup_share, 3),
         "recent": [{"at_in_s": _in(at, now), "kind": kind, "outcome": outcome,
-                    "http_status": status} for at, kind, outcome, status in h.recent],
+                    "http_status": status} for at, kind, outcome, status in h.ends.recent],
     }
 
 
@@ -149,7 +149,7 @@ def describe_url(h: HostFrontier, url: str, now: float) -> dict[str, Any]:
             "next_fetch_in_s": _in(u.next_fetch_at, now),
             "last_fetch_age_s": None if u.last_fetch_at is None else
             round(now - u.last_fetch_at, 3),
-            "interval_s": u.interval_s, "priority": u.priority, "score": h.score(u),
+            "interval_s": u.interval_s, "priority": u.priority, "score": h.queue.score(u),
             "depth": u.depth, "failure_count": u.failure_count, "park_reason": u.park_reason,
             "duplicate": u.dup, "lease_id": u.lease_id, "cold": url_id not in h.urls})
     return out
@@ -178,19 +178,20 @@ def why_waiting(h: HostFrontier, u: UrlState | None, now: float) -> str:
                  UrlStatus.PARKED: f"parked ({u.park_reason}); next try",
                  UrlStatus.FETCHED: "fetched; next visit"}.get(u.status, "next try")
         return f"{state} in {span(u.next_fetch_at - now)}"
-    if h._robots_blocking(now):
+    if h.gate.blocking(now):
         return "waiting for the host's robots.txt"
-    if decide(h.robots, u.url, now, h.cfg.robots, h._parsed) is Verdict.DISALLOWED:
+    if h.gate.verdict(u.url, now) is Verdict.DISALLOWED:
         return "disallowed by the host's robots.txt; checked again when it is refetched"
-    if h.backoff_until > now:
-        return f"its host is backing off for {span(h.backoff_until - now)} (429/503 or errors)"
-    if h.budget.remaining(now, h.policy.daily_budget) == 0:
+    if h.pacer.backoff_until > now:
+        return (f"its host is backing off for {span(h.pacer.backoff_until - now)} "
+                "(429/503 or errors)")
+    if h.budget.remaining(now, h.pacer.policy.daily_budget) == 0:
         return "its host's daily budget is spent"
     start = h.ready_at(now)
-    if start > now + h.cfg.lookahead_s or len(h.in_flight) >= h._lease_limit():
+    if start > now + h.cfg.lookahead_s or len(h.in_flight) >= h.pacer.lease_limit():
         return (f"due; waiting for the host's politeness (next request in "
                 f"{max(0.0, start - now):.1f} s, {len(h.in_flight)} leases out)")
-    mine = h.score(u)
+    mine = h.queue.score(u)
     ahead = sum(1 for o in h.urls.values() if o is not u and o.status is not UrlStatus.LEASED
-                and o.next_fetch_at <= now and h.score(o) > mine)
+                and o.next_fetch_at <= now and h.queue.score(o) > mine)
     return f"due; {ahead} due URLs of its host are ahead of it in the queue"

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from udfs.core.addresses import AddressPolicy
-from udfs.core.frontier import Kind, Outcome
+from udfs.core.records import Kind, Outcome
 
 HTML_TYPES = ("text/html", "application/xhtml+xml")
 SITEMAP_TYPES = ("application/xml", "text/xml", "application/gzip", "application/x-gzip",

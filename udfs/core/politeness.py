@@ -1,7 +1,7 @@
 """Per-host politeness: the policy, the gap after a fetch, Retry-After and backoff.
 
 Pure functions of the policy, the host's counters and `now` (seconds). The
-host scheduler in `frontier.py` applies them; nothing else decides when a
+host scheduler's pacer (`frontier/pacer.py`) applies them; nothing else decides when a
 host may be contacted.
 """
 

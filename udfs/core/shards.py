@@ -37,6 +37,7 @@ from typing import Any
 
 from udfs.core.coldqueue import ColdIndex, ColdQueue, KeyValue
 from udfs.core.fingerprints import url_ids
+from udfs.core.records import url_from_saved
 
 SHARD_SEP = "#"  # host_key#n: a host_key never holds "#" (no fragment in an authority)
 
@@ -125,52 +126,4 @@ class ShardQueue:
 
 
 def _url_of(saved: Any) -> str:
-    from udfs.core.frontier import url_from_saved
-
     return url_from_saved(saved).url
-
-
-class LocalShards:
-    """The shards topic in memory: owners' outboxes delivered to shards and back at
-    once (the simulator and unit tests; the frontier job uses Kafka)."""
-
-    def __init__(self, bucket_s: float = 3600.0) -> None:
-        self.bucket_s = bucket_s
-        self.shards: dict[str, ShardQueue] = {}
-        self.stores: dict[str, tuple[dict, dict]] = {}
-        self.delivered = 0
-
-    def shard(self, host_key: str, n: int) -> ShardQueue:
-        key = shard_key(host_key, n)
-        q = self.shards.get(key)
-        if q is None:
-            urls, segments = _DictKV(), _DictKV()
-            self.stores[key] = (urls, segments)
-            q = self.shards[key] = ShardQueue(host_key, n, None, urls, segments,
-                                              bucket_s=self.bucket_s)
-        return q
-
-    def deliver(self, h: Any, now: float) -> None:
-        """Carry host `h`'s outbox until nothing is left to send (pulls answered)."""
-        from udfs.core.frontier import url_from_saved
-
-        while h.outbox:
-            out, h.outbox = h.outbox, []
-            for t in out:
-                self.delivered += 1
-                q = self.shard(t.host_key, t.shard)
-                if t.kind == "PUT":
-                    q.put(t.urls, lambda s: url_from_saved(s).next_fetch_at)
-                elif t.kind == "PULL":
-                    h.take_refill(q.pull(t.want), now)
-
-    def total(self) -> int:
-        return sum(len(q) for q in self.shards.values())
-
-
-class _DictKV(dict):
-    def put(self, key: str, value: Any) -> None:
-        self[key] = value
-
-    def remove(self, key: str) -> None:
-        self.pop(key, None)
