@@ -23,7 +23,7 @@ from crawler.many_hosts import Frontier  # noqa: E402
 from udfs.config import load_defaults  # noqa: E402
 from udfs.core.fingerprints import feature_hash_bytes, simhash64  # noqa: E402
 from udfs.core.frontier import FetchResult, FrontierConfig, Outcome  # noqa: E402
-from udfs.core.robots import RobotsState, RobotsStatus  # noqa: E402
+from udfs.core.robots_state import RobotsState, RobotsStatus  # noqa: E402
 
 
 def rss_bytes() -> int:

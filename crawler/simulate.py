@@ -46,7 +46,8 @@ from udfs.core.backqueue import REPORTED, BackQueues, LeaseTiming, Skip
 from udfs.core.frontier import Acceptance, FetchResult, FrontierConfig, Kind, Outcome
 from udfs.core.politeness import Jitter
 from udfs.core.recrawl import Change, Dup
-from udfs.core.robots import RobotsPolicy, parse_robots
+from udfs.core.robots import parse_robots
+from udfs.core.robots_state import RobotsPolicy
 from udfs.core.urls import split_host_key
 
 FAULTS = ("lost_completion", "duplicate_completion", "duplicate_lease", "lease_expiry",

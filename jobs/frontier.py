@@ -26,11 +26,10 @@ from udfs.frontier_operator import (
     REPLIES,
     SHARDS,
     TICK,
-    ContentDedup,
     FrontierFunction,
     Intake,
-    NearDuplicateBand,
 )
+from udfs.index_dedup import ContentDedup, NearDuplicateBand
 from udfs.runtime import ROW_KEY_VALUE, KafkaIO, make_env
 
 

@@ -24,7 +24,6 @@ import math
 import time
 from dataclasses import replace
 from typing import Any
-from urllib.parse import urlsplit
 
 from pyflink.common import Row, Types
 from pyflink.datastream.functions import AsyncFunction
@@ -35,11 +34,11 @@ from udfs.core.addresses import AddressPolicy
 from udfs.core.backqueue import REPORTED, BackQueues, LeaseTiming, Skip
 from udfs.core.fetching import DnsCache, FetchLimits
 from udfs.core.ipgate import IpGate, IpPolicy
-from udfs.core.politeness import Pace, parse_retry_after
-from udfs.core.selfcheck import BREACHES, OUTCOME_CLASSES, PolitenessSelfCheck, outcome_class
+from udfs.core.politeness import Pace
 from udfs.core.urls import UrlPolicy
 from udfs.deadletter import dead_letter
 from udfs.faults import FaultInjector
+from udfs.fetch_turns import Turns
 
 FETCH_OUTPUT = Types.ROW_NAMED(["dest", "key", "value"], [
     Types.STRING(), Types.PRIMITIVE_ARRAY(Types.BYTE()), Types.PRIMITIVE_ARRAY(Types.BYTE())])
@@ -103,14 +102,11 @@ class FetchFunction(AsyncFunction):
         # A restarted task (attempt > 0) or a job restored from a savepoint replays the
         # leases read since its checkpoint: the incarnation before may have sent them.
         replays = self.restored or runtime_context.get_attempt_number() > 0
-        self.queues = BackQueues(time.time() if replays else float("-inf"),
-                                 hold_s=cfg["fetch.hold_s"],
-                                 fetch_s=self.limits.total_timeout_s + 1.0)
-        self.turns: dict[str, asyncio.Condition] = {}  # per host, in the operator's loop
+        queues = BackQueues(time.time() if replays else float("-inf"),
+                            hold_s=cfg["fetch.hold_s"], fetch_s=self.limits.total_timeout_s + 1.0)
         # The second politeness key, on the server's address (udfs/core/ipgate.py).
-        self.ip_gate = IpGate(IpPolicy(cfg["fetch.ip_min_gap_s"], cfg["fetch.ip_max_in_flight"]))
-        self.ip_turns: dict[str, asyncio.Condition] = {}
-        self.ip_resolver = None  # shares self.cache with the session's resolver
+        ip_gate = IpGate(IpPolicy(cfg["fetch.ip_min_gap_s"], cfg["fetch.ip_max_in_flight"]))
+        self.turns = Turns(queues, ip_gate, self.cache)  # waited for on the engine's loop
         self.calls = 0
         # No lease is worked on longer than its hold, its fetch and a margin: past that
         # it is given up (it expires at the frontier and is re-let).
@@ -131,7 +127,10 @@ class FetchFunction(AsyncFunction):
             self.warc.start_recovery()
         self._warc_roll = None  # the last age check handed to the writer
         self._warc_checked = time.monotonic()
-        self._metrics(runtime_context.get_metrics_group(), cfg["parse.filters"])
+        from udfs.fetcher_metrics import FetcherMetrics
+
+        self.metrics = FetcherMetrics(runtime_context.get_metrics_group(), cfg["parse.filters"],
+                                      self.turns.selfcheck, self.warc)
 
     def _warc_writer(self, cfg: Config, runtime_context):
         """The task's WARC writer (warc.enabled), one per subtask: its files are named
@@ -166,64 +165,6 @@ class FetchFunction(AsyncFunction):
             self._warc_checked = now
             self._warc_roll = self.warc.submit(self.warc.roll_if_due)
 
-    def _metrics(self, group, parse_filters: list[str]) -> None:
-        """The fetcher's metrics: fetches and robots.txt fetches by outcome class, bytes
-        fetched and stored, requests started, the politeness self-check's breaches by
-        rule (it must read 0), the parse time per page as a histogram, the pages
-        waiting to be parsed, the parses cut short by a limit, by kind, and the pages on
-        which a parse filter raised, by filter (parse.filters: a fixed set). Totals kept
-        here and exported as gauges: the engine's thread counts them, and PyFlink reads
-        gauges on its own thread at each bundle's end (counters there are thread-bound).
-        Label sets are fixed: no per-host series."""
-        from udfs.fetch_pipeline import PARSE_BUCKETS_S, PageStats
-
-        self.selfcheck = PolitenessSelfCheck()
-        self.outcomes = dict.fromkeys(OUTCOME_CLASSES, 0)
-        self.robots_outcomes = dict.fromkeys(OUTCOME_CLASSES, 0)
-        self.fetched_bytes = 0
-        self.pages = PageStats()
-        for name in OUTCOME_CLASSES:
-            outcome = group.add_group("outcome", name)
-            outcome.gauge("fetches_total", lambda name=name: self.outcomes[name])
-            outcome.gauge("robots_fetches_total", lambda name=name: self.robots_outcomes[name])
-        # A Prometheus histogram from gauges: cumulative _bucket{le} (+Inf: every page)
-        # and _count; the sum in microseconds, as gauges carry integers only.
-        for i, le in enumerate((*(str(b) for b in PARSE_BUCKETS_S), "+Inf")):
-            group.add_group("le", le).gauge(
-                "parse_seconds_bucket", lambda i=i: self.pages.buckets[i])
-        group.gauge("parse_seconds_count", lambda: self.pages.parsed)
-        group.gauge("parse_microseconds_sum", lambda: self.pages.parse_us)
-        group.gauge("parse_backlog", lambda: self.pages.backlog)
-        for kind in self.pages.limit_hits:
-            group.add_group("kind", kind).gauge(
-                "parse_limit_hits_total", lambda kind=kind: self.pages.limit_hits[kind])
-        from udfs.core.parsefilters import filter_names
-
-        for name in filter_names(parse_filters):
-            group.add_group("filter", name).gauge(
-                "parse_filter_errors_total",
-                lambda name=name: self.pages.filter_errors.get(name, 0))
-        group.gauge("bytes_stored_total", lambda: self.pages.stored_bytes)
-        for rule in BREACHES:
-            group.add_group("rule", rule).gauge(
-                "politeness_breaches_total", lambda rule=rule: self.selfcheck.breaches[rule])
-        group.gauge("requests_started_total", lambda: self.selfcheck.starts)
-        group.gauge("bytes_fetched_total", lambda: self.fetched_bytes)
-        if self.warc is not None:
-            w = self.warc.stats
-            group.gauge("warc_records_total", lambda: w.records)
-            group.gauge("warc_revisits_total", lambda: w.revisits)
-            group.gauge("warc_files_published_total", lambda: w.files_published)
-            group.gauge("warc_bytes_published_total", lambda: w.bytes_published)
-            group.gauge("warc_write_microseconds_sum", lambda: w.write_us)
-
-    def _count(self, completion: dict[str, Any]) -> None:
-        cls = outcome_class(completion["outcome"], completion["http_status"])
-        self.outcomes[cls] += 1
-        if completion["kind"] == "ROBOTS":
-            self.robots_outcomes[cls] += 1
-        self.fetched_bytes += completion["body_bytes"] or 0
-
     async def _session(self):
         if self.session is None:
             from udfs.fetch_client import make_session
@@ -247,100 +188,10 @@ class FetchFunction(AsyncFunction):
         if reason not in REPORTED:
             return []  # replayed (it expires and is re-let) or a duplicate record
         now = time.time()
-        record = not_sent(lease, reason, now, self.queues.start_at(timing, now))
-        self._count(record)
+        record = not_sent(lease, reason, now, self.turns.queues.start_at(timing, now))
+        self.metrics.count(record)
         return [Row("C", lease["host_key"].encode(),
                     self.reg.encode("completion", record, check=False))]
-
-    def _turn(self, host: str) -> asyncio.Condition:
-        turn = self.turns.get(host)
-        if turn is None:
-            turn = self.turns[host] = asyncio.Condition()
-        return turn
-
-    async def _wait_turn(self, timing: LeaseTiming) -> Skip | None:
-        """Hold the lease until the host's slot lets it start, then start it."""
-        turn = self._turn(timing.host_key)
-        async with turn:
-            while True:
-                now = time.time()
-                verdict = self.queues.wait(timing, now)
-                if isinstance(verdict, Skip):
-                    return verdict
-                if verdict == 0.0:
-                    self.queues.begin(timing, now)
-                    return None
-                try:  # woken early when a request of the host ends
-                    await asyncio.wait_for(turn.wait(), verdict)
-                except TimeoutError:
-                    pass
-
-    def _ip_turn(self, address: str) -> asyncio.Condition:
-        turn = self.ip_turns.get(address)
-        if turn is None:
-            turn = self.ip_turns[address] = asyncio.Condition()
-        return turn
-
-    async def _wait_address(self, lease: dict[str, Any], timing: LeaseTiming
-                            ) -> tuple[str | None, Skip | None]:
-        """Hold a request its host allows until its server's address allows it too, then
-        count it there: (the address, None). (None, None): the name does not resolve to
-        an allowed address (the fetch fails without connecting). (None, TOO_LATE): the
-        address's turn would come too close to the lease's expiry."""
-        from udfs.fetch_client import GuardedResolver
-
-        if self.ip_resolver is None:
-            self.ip_resolver = GuardedResolver(self.cache)
-        try:
-            answers = await self.ip_resolver.resolve(urlsplit(lease["url"]).hostname or "")
-        except OSError:
-            return None, None
-        address = answers[0]["host"]
-        # Held no longer than a lease is held for its host (fetch.hold_s), and never
-        # so long that the fetch could outlive the lease.
-        deadline = min(time.time() + self.queues.hold_s,
-                       timing.expires_at - self.queues.fetch_s)
-        turn = self._ip_turn(address)
-        async with turn:
-            while True:
-                now = time.time()
-                wait = self.ip_gate.wait(address, now)
-                if wait == 0.0:
-                    self.ip_gate.begin(address, now)
-                    return address, None
-                if now + (wait or 0.0) > deadline:
-                    return None, Skip.TOO_LATE
-                try:  # woken early when a request to the address ends
-                    await asyncio.wait_for(turn.wait(), deadline - now if wait is None
-                                           else wait)
-                except TimeoutError:
-                    pass
-
-    async def _release(self, timing: LeaseTiming, started: float,
-                       completion: dict | None, sent: bool = True) -> None:
-        """The request is over: its host's next request may follow after the gap. The
-        gap runs from now (after storing and parsing: never shorter than from the
-        response), and the duration rule uses the request's own duration — the one the
-        completion reports and the frontier plans from — not our store and parse time.
-        `sent=False`: the host's turn was taken but no request went out (the address's
-        turn came too late): the slot is free again, with no gap to add."""
-        now = time.time()
-        if not sent:
-            self.queues.cancel(timing, now)
-        elif completion is None:  # the fetch raised: all we know is the time it took
-            outcome, retry_after, duration = "OTHER_ERROR", None, now - started
-        else:
-            outcome, retry_after = completion["outcome"], completion["retry_after"]
-            duration = completion["fetch_duration_ms"] / 1000
-        if sent:
-            throttled = outcome == "THROTTLED"
-            retry_until = parse_retry_after(retry_after, now) if throttled else None
-            self.queues.end(timing, now, duration, throttled=throttled,
-                            retry_until=retry_until)
-            self.selfcheck.end(timing.host_key, now, retry_until)
-        turn = self._turn(timing.host_key)
-        async with turn:
-            turn.notify_all()
 
     async def async_invoke(self, value):
         """Hand the lease to the engine (a tick: nothing) and return what it has done."""
@@ -375,29 +226,24 @@ class FetchFunction(AsyncFunction):
         now = time.time()
         self.calls += 1
         if self.calls % 1000 == 0:
-            self.queues.forget_idle(now, IDLE_SLOT_S)
-            self.turns = {k: v for k, v in self.turns.items() if k in self.queues.slots}
-            self.ip_gate.forget_idle(now, max(IDLE_SLOT_S, self.ip_gate.policy.min_gap_s))
-            self.ip_turns = {k: v for k, v in self.ip_turns.items()
-                             if k in self.ip_gate.addresses}
-        skip = self.queues.admit(timing, now)
+            self.turns.forget_idle(now, IDLE_SLOT_S)
+        skip = self.turns.queues.admit(timing, now)
         if skip is None:
-            skip = await self._wait_turn(timing)
+            skip = await self.turns.wait_host(timing)
         if skip is not None:
             return self._skipped(lease, timing, skip)
         address = None
-        if self.ip_gate.policy.on:  # the host allows it; its server's address must too
+        if self.turns.ip_gate.policy.on:  # the host allows it; its server's address too
             try:
-                address, skip = await self._wait_address(lease, timing)
+                address, skip = await self.turns.wait_address(lease, timing)
             except BaseException:  # cancelled (the lease's guard): nothing was sent
-                await asyncio.shield(self._release(timing, time.time(), None, sent=False))
+                await asyncio.shield(self.turns.release(timing, time.time(), None, sent=False))
                 raise
             if skip is not None:  # not sent: the host's slot is free again at once
-                await self._release(timing, time.time(), None, sent=False)
+                await self.turns.release(timing, time.time(), None, sent=False)
                 return self._skipped(lease, timing, skip)
         started = time.time()
-        self.selfcheck.start(timing.host_key, started, timing.pace.gap_s,
-                             timing.pace.max_in_flight)
+        self.turns.started(timing, started)
         completion = None
         try:
             remaining = timing.expires_at - started
@@ -405,20 +251,17 @@ class FetchFunction(AsyncFunction):
                 replace(self.limits, total_timeout_s=max(0.1, remaining - 1.0))
             ctx = FetchContext(await self._session(), self.store, limits, self.user_agent,
                                faults=self.faults, url_policy=self.url_policy,
-                               stats=self.pages, warc=self.warc, parser=self.parser,
+                               stats=self.metrics.pages, warc=self.warc, parser=self.parser,
                                max_links=self.parser.limits.max_links)
             completion, discovered = await process_lease(lease, ctx)
             if self.faults is not None:
                 self.faults.after_response(lease["url"])
         finally:
-            await self._release(timing, started, completion)
+            await self.turns.release(timing, started, completion)
             if address is not None:
-                self.ip_gate.end(address, time.time())
-                turn = self._ip_turn(address)
-                async with turn:
-                    turn.notify_all()
+                await self.turns.release_address(address)
         host = lease["host_key"]
-        self._count(completion)
+        self.metrics.count(completion)
         # Written as completion v3 (the WARC record's location, PARSE_TIMEOUT): the frontier
         # is upgraded first (README, "Upgrading across completion v3").
         out = [Row("C", host.encode(), self.reg.encode("completion", completion, check=False))]

@@ -19,10 +19,8 @@ tests drive the same rules, and a clock topic drives the job itself.
 from __future__ import annotations
 
 import logging
-import math
 import pickle
 import time
-import uuid
 from collections import OrderedDict
 from dataclasses import replace
 from typing import Any
@@ -35,9 +33,7 @@ from udfs.avro import AvroDecodeError, registry
 from udfs.config import Config, ConfigError, host_policy_settings
 from udfs.core.addresses import AddressPolicy
 from udfs.core.control import Command, HostCommand, apply_command
-from udfs.core.fingerprints import band_keys, from_signed64, hamming
 from udfs.core.frontier import (
-    GAUGES,
     Acceptance,
     FrontierConfig,
     HostFrontier,
@@ -61,6 +57,7 @@ from udfs.frontier_io import (
     transfer_from_record,
     transfer_record,
 )
+from udfs.frontier_metrics import FrontierMetrics
 from udfs.runtime import ROW_KEY_VALUE
 
 log = logging.getLogger(__name__)
@@ -97,75 +94,6 @@ def crawl_now(watermark_ms: int) -> float:
     if watermark_ms <= 0 or watermark_ms >= _CLOCK_LIMIT_MS:
         return wall
     return max(wall, watermark_ms / 1000.0)
-
-
-# Eligibility lag buckets (seconds), Prometheus-histogram style: each bucket counts the
-# leases granted at most that long after their URL came due (cumulative, so that
-# histogram_quantile() reads percentiles off them).
-LAG_BUCKETS_S = (1, 5, 30, 60, 300, 600, 1800, 3600, 21600, 86400)
-# The age of the robots.txt a page lease was granted under (robots.cache_ttl_s bounds it).
-ROBOTS_AGE_BUCKETS_S = (60, 600, 3600, 21600, 86400, 172800)
-
-
-def _histogram(group, bucket_name: str, buckets: tuple[float, ...]) -> list[tuple[float, Any]]:
-    """Cumulative bucket counters {le} (+Inf included) of a Prometheus-style histogram."""
-    return [(b, group.add_group("le", "+Inf" if b == math.inf else str(b))
-             .counter(bucket_name)) for b in (*buckets, math.inf)]
-
-
-class FrontierMetrics:
-    """The frontier's metrics (a `FrontierObserver`): every counted event of the hosts'
-    schedulers as frontier_events_total{event}, and the eligibility lag of page leases
-    as eligibility_lag_seconds_bucket{priority_class, le} with its _count. Label values
-    are event names and fixed buckets: no per-host series."""
-
-    def __init__(self, group) -> None:
-        self.group = group
-        self.events: dict[str, Any] = {}
-        self.lag: dict[bool, list[tuple[float, Any]]] = {}
-        self.lag_count: dict[bool, Any] = {}
-        for high, name in ((True, "high"), (False, "normal")):
-            cls = group.add_group("priority_class", name)
-            self.lag[high] = _histogram(cls, "eligibility_lag_seconds_bucket", LAG_BUCKETS_S)
-            self.lag_count[high] = cls.counter("eligibility_lag_seconds_count")
-        self.robots_age = _histogram(group, "robots_age_seconds_bucket", ROBOTS_AGE_BUCKETS_S)
-        self.robots_age_count = group.counter("robots_age_seconds_count")
-        # The frontier's size (udfs/core/frontier/config.py GAUGES): counters moved up and down
-        # by each host's change, so they read as gauges (Flink exports counters as such).
-        self.size = [group.counter(name) for name in GAUGES]
-        self.epoch = uuid.uuid4().hex  # this incarnation: counts restart from zero
-
-    def event(self, name: str) -> None:
-        counter = self.events.get(name)
-        if counter is None:
-            counter = self.events[name] = self.group.add_group("event", name).counter(
-                "frontier_events_total")
-        counter.inc()
-
-    def leased(self, lag_s: float, high_value: bool) -> None:
-        self.lag_count[high_value].inc()
-        _observe(self.lag[high_value], lag_s)
-
-    def robots_aged(self, age_s: float) -> None:
-        self.robots_age_count.inc()
-        _observe(self.robots_age, age_s)
-
-    def sized(self, h: HostFrontier, now: float) -> None:
-        """Move the size gauges by what changed in this host since it was last counted
-        by this incarnation (a host not counted yet adds its whole share)."""
-        new = h.gauges(now)
-        old = h.counted[1] if h.counted is not None and h.counted[0] == self.epoch else \
-            (0,) * len(new)
-        for counter, was, now_is in zip(self.size, old, new, strict=True):
-            if was != now_is:
-                counter.inc(now_is - was)
-        h.counted = (self.epoch, new)
-
-
-def _observe(buckets: list[tuple[float, Any]], value: float) -> None:
-    for bound, counter in buckets:
-        if value <= bound:
-            counter.inc()
 
 
 def parallel_subtasks(ctx) -> int:
@@ -429,75 +357,3 @@ class FrontierFunction(KeyedProcessFunction):
         now = crawl_now(timestamp)
         h = self._host(ctx.get_current_key())
         yield from self._finish(h, len(h.urls), now, ctx)
-
-
-class ContentDedup(KeyedProcessFunction):
-    """Keyed by body SHA-256: the first URL seen with a body owns it; later URLs with
-    byte-identical bodies are marked duplicate_of it (their own metadata is kept)."""
-
-    def open(self, ctx) -> None:
-        self.first = ctx.get_state(ValueStateDescriptor("first_url_id", Types.STRING()))
-        group = ctx.get_metrics_group()
-        self.events = group.counter("index_events_total")
-        self.duplicates = group.counter("exact_duplicates_total")
-
-    def process_element(self, row, ctx):
-        event = pickle.loads(row[1])
-        owner = self.first.value()
-        self.events.inc()
-        if owner is None:
-            self.first.update(event["url_id"])
-        elif owner != event["url_id"]:
-            event["duplicate_of"] = owner
-            self.duplicates.inc()
-        yield Row(near_key(event, 0), pickle.dumps(event))
-
-
-def near_key(event: dict[str, Any], band: int, k: int = 3) -> str:
-    """The key of an index event for near-duplicate band `band` (its band value), or its
-    url_id when it has no SimHash (then it passes the band unchanged)."""
-    if event["simhash"] is None:
-        return "u:" + event["url_id"]
-    return f"b{band}:{band_keys(from_signed64(event['simhash']), k)[band][1]}"
-
-
-class NearDuplicateBand(KeyedProcessFunction):
-    """One SimHash band (Manku et al.): keyed by the band's value, it remembers the
-    fingerprints seen with that value and flags the event near_duplicate_of the first
-    within Hamming distance k. The k + 1 bands run one after another; together they see
-    every pair within distance k. The flag never drops links; the frontier reads it back
-    from the index topic and spaces out the page's revisits (HostFrontier.duplicate)."""
-
-    def __init__(self, band: int, k: int = 3, max_bucket: int = 1000) -> None:
-        self.band, self.k, self.max_bucket = band, k, max_bucket
-
-    def open(self, ctx) -> None:
-        self.reg = registry()
-        self.seen = ctx.get_map_state(MapStateDescriptor("fingerprints", Types.STRING(),
-                                                         Types.LONG()))
-        self.size = ctx.get_state(ValueStateDescriptor("size", Types.INT()))
-        # Counted once, where an event leaves the last band.
-        self.near = ctx.get_metrics_group().counter("near_duplicates_total") \
-            if self.band == self.k else None
-
-    def process_element(self, row, ctx):
-        event = pickle.loads(row[1])
-        if event["simhash"] is not None and row[0].startswith("b"):
-            fp = from_signed64(event["simhash"])
-            if event["near_duplicate_of"] is None:
-                for other_id, other in self.seen.items():
-                    if other_id != event["url_id"] and hamming(fp, from_signed64(other)) <= \
-                            self.k:
-                        event["near_duplicate_of"] = other_id
-                        break
-            size = self.size.value() or 0
-            if size < self.max_bucket and not self.seen.contains(event["url_id"]):
-                self.seen.put(event["url_id"], event["simhash"])
-                self.size.update(size + 1)
-        if self.band < self.k:
-            yield Row(near_key(event, self.band + 1, self.k), pickle.dumps(event))
-        else:
-            if event["near_duplicate_of"] is not None:
-                self.near.inc()
-            yield Row(event["url_id"].encode(),
-                      self.reg.encode("index_event", event, check=False))

@@ -2290,7 +2290,7 @@ def test_the_fetchers_gap_counts_the_servers_time_not_our_parsing(world):
     start = time.monotonic()
     fetch_once(cfg, world, url, job=job)
     assert time.monotonic() - start >= 0.4  # the stall happened
-    slot = job.fn.queues.slots[split_host_key(url)[0]]
+    slot = job.fn.turns.queues.slots[split_host_key(url)[0]]
     assert slot.last_duration < 0.3, slot
 
 

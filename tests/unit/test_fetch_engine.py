@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 
 import pytest
@@ -11,7 +12,11 @@ from udfs.fetch_engine import FetchEngine
 
 
 def test_results_come_back_by_drain_and_room_is_bounded():
+    held = threading.Event()  # no work ends before the room check (else "fast" may free it)
+
     async def work(item):
+        while not held.is_set():
+            await asyncio.sleep(0.005)
         if item == "slow":
             await asyncio.sleep(0.3)
         return [f"done {item}"]
@@ -20,6 +25,7 @@ def test_results_come_back_by_drain_and_room_is_bounded():
     try:
         assert engine.submit("slow") and engine.submit("fast")
         assert not engine.submit("third")  # full: the caller waits for room
+        held.set()
         deadline = time.monotonic() + 10  # generous: a loaded machine (CI) is slow
         got = []
         while len(got) < 2 and time.monotonic() < deadline:

@@ -21,7 +21,7 @@ from udfs.core.frontier import (
 )
 from udfs.core.politeness import HostPolicy
 from udfs.core.recrawl import Change, RecrawlPolicy
-from udfs.core.robots import RobotsPolicy
+from udfs.core.robots_state import RobotsPolicy
 from udfs.core.traps import DAY_S, TrapPolicy
 
 DEFAULTS = load_defaults()

@@ -6,8 +6,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from udfs.config import load_defaults
-from udfs.core.robots import (
-    MAX_ROBOTS_BYTES,
+from udfs.core.robots import MAX_ROBOTS_BYTES, is_allowed, parse_robots
+from udfs.core.robots_state import (
     RobotsFetch,
     RobotsPolicy,
     RobotsState,
@@ -17,8 +17,6 @@ from udfs.core.robots import (
     crawl_delay_s,
     decide,
     fetch_due,
-    is_allowed,
-    parse_robots,
 )
 
 POLICY = RobotsPolicy.from_config(load_defaults()["robots"])

@@ -23,7 +23,7 @@ from typing import Any
 
 from udfs.core.frontier import HostFrontier, UrlState, UrlStatus
 from udfs.core.politeness import HostPolicy
-from udfs.core.robots import Verdict
+from udfs.core.robots_state import Verdict
 
 # The per-host policy keys an operator may set: HostPolicy's fields but its version.
 POLICY_KEYS = tuple(k for k in HostPolicy.__dataclass_fields__ if k != "policy_version")

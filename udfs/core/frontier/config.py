@@ -7,7 +7,7 @@ from typing import Any
 
 from udfs.core.politeness import HostPolicy
 from udfs.core.recrawl import RecrawlPolicy
-from udfs.core.robots import RobotsPolicy
+from udfs.core.robots_state import RobotsPolicy
 from udfs.core.traps import DAY_S, TrapPolicy
 
 GAUGES = ("frontier_hosts", "frontier_urls_pending", "frontier_urls_cold",

@@ -41,7 +41,7 @@ from udfs.core.records import (
     UrlState,
 )
 from udfs.core.recrawl import Dup, host_priority
-from udfs.core.robots import Verdict
+from udfs.core.robots_state import Verdict
 from udfs.core.shards import Transfer
 from udfs.core.traps import DAY_S, DailyBudget
 

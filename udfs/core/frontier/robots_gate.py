@@ -8,18 +8,17 @@ to follow next, and the parsed rules (derived, never saved).
 from __future__ import annotations
 
 from udfs.core.records import FetchResult, Lease
-from udfs.core.robots import (
+from udfs.core.robots import RobotsTxt, parse_robots
+from udfs.core.robots_state import (
     RobotsFetch,
     RobotsPolicy,
     RobotsState,
     RobotsStatus,
-    RobotsTxt,
     Verdict,
     after_fetch,
     crawl_delay_s,
     decide,
     fetch_due,
-    parse_robots,
 )
 
 

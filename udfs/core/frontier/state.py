@@ -25,7 +25,7 @@ from udfs.core.frontier.robots_gate import RobotsGate
 from udfs.core.frontier.sharding import ShardLink
 from udfs.core.politeness import HostPolicy
 from udfs.core.records import Lease, is_layout, saved_from_values, url_from_saved
-from udfs.core.robots import RobotsState
+from udfs.core.robots_state import RobotsState
 from udfs.core.traps import DailyBudget, TemplateBudget
 
 
