@@ -3,14 +3,23 @@ the one-line messages and typed values it gives for files, CRAWL__ variables and
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, get_args, get_origin
 
 import pytest
 from pydantic import BaseModel
 
 from crawler.cli import main
+from udfs import settings
 from udfs.config import ConfigError, load_config, load_defaults
 from udfs.config_schema import Settings
+from udfs.core.fetching import FetchLimits
+from udfs.core.frontier import FrontierConfig
+from udfs.core.parse import ParseLimits
+from udfs.core.politeness import HostPolicy
+from udfs.core.recrawl import RecrawlPolicy
+from udfs.core.robots import RobotsPolicy
+from udfs.core.traps import TrapPolicy
 
 DEFAULTS = load_defaults()
 
@@ -80,6 +89,34 @@ def test_no_schema_field_has_a_default_of_its_own():
         Settings.model_validate(broken)
 
 
+@pytest.mark.parametrize("cls, build, section", [
+    (HostPolicy, settings.host_policy, "politeness"),
+    (RobotsPolicy, settings.robots_policy, "robots"),
+    (RecrawlPolicy, settings.recrawl_policy, "recrawl"),
+    (TrapPolicy, settings.trap_policy, "traps"),
+    (FetchLimits, settings.fetch_limits, "fetch"),
+    (ParseLimits, settings.parse_limits, "parse"),
+    (FrontierConfig, settings.frontier_config, "frontier"),
+])
+def test_core_dataclass_defaults_agree_with_the_defaults_file(cls, build, section):
+    """The core's own defaults (used by its tests) are the file's, and every field of a
+    core policy comes from the file (none silently keeps a default of the code)."""
+    assert build(DEFAULTS) == cls(), cls.__name__
+    own = {f.name for f in dataclasses.fields(cls)} - {
+        "policy_version", "host", "robots", "recrawl", "traps"}
+    assert own <= set(Settings.model_fields[section].annotation.model_fields), cls.__name__
+
+
+def test_a_policy_is_built_alike_from_a_config_its_settings_and_its_dict():
+    cfg = load_config(env={}, overrides=["politeness.min_gap_s=3", "fetch.dns_servers=[1.1.1.1]",
+                                         "frontier.lookahead_s=0.5"])
+    for given in (cfg, cfg.settings, dict(cfg.data)):
+        assert settings.host_policy(given).min_gap_s == 3.0
+        assert settings.fetch_limits(given).dns_servers == ("1.1.1.1",)
+        assert settings.frontier_config(given).lookahead_s == 0.5
+        assert settings.frontier_config(given).host.min_gap_s == 3.0
+
+
 def test_env_and_set_values_are_parsed_as_yaml_and_typed_by_the_schema():
     cfg = load_config(env={"CRAWL__FETCH__HOLD_S": "7", "CRAWL__FLINK__JARS": "[a.jar, b.jar]",
                            "CRAWL__S3__PATH_STYLE": "false", "CRAWL__FAULTS__MARKER_DIR": ""},
@@ -131,3 +168,22 @@ def test_a_bad_typed_value_on_the_command_line_is_one_line_and_exit_2(capsys):
     assert out == "" and err.splitlines() == [
         "crawl config: configuration error: traps.max_depth: expected an integer, got 1.5 "
         "(from --set traps.max_depth=1.5)"]
+
+
+def test_the_core_imports_nothing_from_flink_the_cli_or_configuration_loading():
+    """udfs/core/ is pure rules: the policies are built from the configuration in
+    udfs/settings.py, on the shell side. (yaml is allowed: capacity.py reads its own
+    assumptions file, not the configuration.)"""
+    import ast
+    from pathlib import Path
+
+    core = Path(__file__).resolve().parents[2] / "udfs" / "core"
+    banned = ("pyflink", "crawler", "pydantic", "udfs.config", "udfs.config_schema",
+              "udfs.config_rules", "udfs.settings")
+    for path in sorted(core.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+            for name in names:
+                assert not any(name == b or name.startswith(f"{b}.") for b in banned), \
+                    f"{path.relative_to(core.parent.parent)} imports {name}"
