@@ -22,8 +22,9 @@ from bench._results import record, timed  # noqa: E402
 from crawler.many_hosts import Frontier  # noqa: E402
 from udfs.config import load_defaults  # noqa: E402
 from udfs.core.fingerprints import feature_hash_bytes, simhash64  # noqa: E402
-from udfs.core.frontier import FetchResult, FrontierConfig, Outcome  # noqa: E402
+from udfs.core.frontier import FetchResult, Outcome  # noqa: E402
 from udfs.core.robots_state import RobotsState, RobotsStatus  # noqa: E402
+from udfs.settings import frontier_config  # noqa: E402
 
 
 def rss_bytes() -> int:
@@ -31,7 +32,7 @@ def rss_bytes() -> int:
 
 
 def bench_grants(n_hosts: int, per_host: int, rounds: int) -> list[tuple[str, str]]:
-    cfg = FrontierConfig.from_config(load_defaults())
+    cfg = frontier_config(load_defaults())
     cfg = replace(cfg, host=replace(cfg.host, daily_budget=10**9))
     f = Frontier(cfg, seed=1)
     gc.collect()

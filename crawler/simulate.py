@@ -49,6 +49,7 @@ from udfs.core.recrawl import Change, Dup
 from udfs.core.robots import parse_robots
 from udfs.core.robots_state import RobotsPolicy
 from udfs.core.urls import split_host_key
+from udfs.settings import frontier_config
 
 FAULTS = ("lost_completion", "duplicate_completion", "duplicate_lease", "lease_expiry",
           "robots_5xx", "crash", "fetcher_crash")
@@ -205,7 +206,7 @@ class SimConfig:
 def simulation_frontier_config() -> FrontierConfig:
     """The configured policies, with recrawl intervals shrunk from days to minutes so a
     run of virtual minutes exercises revisits; politeness stays as configured."""
-    cfg = FrontierConfig.from_config(load_defaults())
+    cfg = frontier_config(load_defaults())
     recrawl = replace(cfg.recrawl, min_interval_s=60.0, max_interval_s=1800.0,
                       high_value_interval_s=60.0, tombstone_interval_s=5400.0,
                       failed_visit_interval_s=600.0)

@@ -14,7 +14,7 @@
 
 The crash and the drop need `marker_dir` (a restarted task forgets its memory, so
 without it a crash would repeat on every replay). Outside tests nothing here runs:
-`FaultInjector.from_config` returns None when every fault is off.
+`udfs.settings.fault_injector` builds none when every fault is off.
 """
 
 from __future__ import annotations
@@ -25,7 +25,6 @@ import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 
 class InjectedCrash(RuntimeError):
@@ -38,19 +37,6 @@ class FaultInjector:
     drop_completion: re.Pattern[str] | None
     parse_delay_s: float
     marker_dir: Path | None
-
-    @classmethod
-    def from_config(cls, faults: dict[str, Any]) -> FaultInjector | None:
-        crash, drop = faults["crash_after_response"], faults["drop_completion"]
-        delay = float(faults["parse_delay_s"])
-        if not crash and not drop and delay <= 0:
-            return None
-        marker = Path(faults["marker_dir"]) if faults["marker_dir"] else None
-        if (crash or drop) and marker is None:
-            raise ValueError("faults.crash_after_response and faults.drop_completion need "
-                             "faults.marker_dir (each fault happens once per URL)")
-        return cls(re.compile(crash) if crash else None, re.compile(drop) if drop else None,
-                   delay, marker)
 
     def _first_time(self, fault: str, url: str) -> bool:
         """True once per (fault, URL), across processes: an exclusive create of a marker."""

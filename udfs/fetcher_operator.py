@@ -32,13 +32,13 @@ from udfs.avro import AvroDecodeError, registry
 from udfs.config import Config
 from udfs.core.addresses import AddressPolicy
 from udfs.core.backqueue import REPORTED, BackQueues, LeaseTiming, Skip
-from udfs.core.fetching import DnsCache, FetchLimits
+from udfs.core.fetching import DnsCache
 from udfs.core.ipgate import IpGate, IpPolicy
 from udfs.core.politeness import Pace
 from udfs.core.urls import UrlPolicy
 from udfs.deadletter import dead_letter
-from udfs.faults import FaultInjector
 from udfs.fetch_turns import Turns
+from udfs.settings import fault_injector, fetch_limits, parse_limits
 
 FETCH_OUTPUT = Types.ROW_NAMED(["dest", "key", "value"], [
     Types.STRING(), Types.PRIMITIVE_ARRAY(Types.BYTE()), Types.PRIMITIVE_ARRAY(Types.BYTE())])
@@ -90,14 +90,14 @@ class FetchFunction(AsyncFunction):
 
         cfg = Config(self.cfg_data)
         self.reg = registry()
-        self.limits = FetchLimits.from_config(cfg["fetch"])
+        self.limits = fetch_limits(cfg)
         self.user_agent = cfg["robots.user_agent"]
         self.store = open_store(cfg)
         self.cache = DnsCache(AddressPolicy.from_networks(cfg["fetch.allowed_networks"]),
                               self.limits,
                               dict(e.split("=", 1) for e in cfg["fetch.static_hosts"]))
         self.session = None
-        self.faults = FaultInjector.from_config(cfg["faults"])
+        self.faults = fault_injector(cfg)
         self.url_policy = UrlPolicy.from_names(cfg["urls.drop_query_params"])
         # A restarted task (attempt > 0) or a job restored from a savepoint replays the
         # leases read since its checkpoint: the incarnation before may have sent them.
@@ -115,11 +115,10 @@ class FetchFunction(AsyncFunction):
 
         self.engine = FetchEngine(self._guarded, capacity=self.connections)
         # The task's parser processes (udfs/parse_stage.py), started on first use.
-        from udfs.core.parse import ParseLimits
         from udfs.parse_stage import ParseStage
 
         self.parser = ParseStage(
-            ParseLimits.from_config(cfg["parse"]), self.user_agent, self.url_policy,
+            parse_limits(cfg), self.user_agent, self.url_policy,
             parse_delay_s=self.faults.parse_delay_s if self.faults is not None else 0.0,
             filters=cfg["parse.filters"])
         self.warc = self._warc_writer(cfg, runtime_context)

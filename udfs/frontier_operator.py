@@ -35,7 +35,6 @@ from udfs.core.addresses import AddressPolicy
 from udfs.core.control import Command, HostCommand, apply_command
 from udfs.core.frontier import (
     Acceptance,
-    FrontierConfig,
     HostFrontier,
     Kind,
     url_from_saved,
@@ -59,6 +58,7 @@ from udfs.frontier_io import (
 )
 from udfs.frontier_metrics import FrontierMetrics
 from udfs.runtime import ROW_KEY_VALUE
+from udfs.settings import frontier_config
 
 log = logging.getLogger(__name__)
 
@@ -201,7 +201,7 @@ class FrontierFunction(KeyedProcessFunction):
         self.max_grants = max_grants_per_call
 
     def open(self, ctx) -> None:
-        cfg = FrontierConfig.from_config(self.cfg_data)
+        cfg = frontier_config(self.cfg_data)
         # frontier.daily_fetch_budget is the job's: each subtask leases its share of it
         # per UTC day (counted in this task's memory; see the defaults file).
         share = -(-cfg.daily_fetch_budget // max(1, parallel_subtasks(ctx)))

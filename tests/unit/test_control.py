@@ -16,12 +16,13 @@ from crawler.control import host_key_of, render_host, render_url
 from crawler.runs import RunNotFound, find_run, forget_run, live_runs, record_run
 from udfs.config import ConfigError, host_policy_settings, load_defaults
 from udfs.core.control import Command, HostCommand, apply_command, describe_url
-from udfs.core.frontier import FrontierConfig, HostFrontier, Kind, Outcome, UrlStatus
+from udfs.core.frontier import HostFrontier, Kind, Outcome, UrlStatus
+from udfs.settings import host_policy
 
 from .test_frontier import CFG, LOOKAHEAD, H, host, ok, with_robots
 
 pytestmark = pytest.mark.unit
-DEFAULT_POLICY = FrontierConfig.from_config(load_defaults()).host
+DEFAULT_POLICY = host_policy(load_defaults())
 
 
 def cmd(command: Command, version: int, **kw) -> HostCommand:

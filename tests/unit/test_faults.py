@@ -8,15 +8,16 @@ import pytest
 
 from udfs.config import load_config
 from udfs.faults import FaultInjector, InjectedCrash, injected
+from udfs.settings import fault_injector
 
 
 def faults(tmp_path, **kw) -> FaultInjector | None:
-    return FaultInjector.from_config({**load_config(env={})["faults"],
-                                      "marker_dir": str(tmp_path), **kw})
+    return fault_injector(load_config(env={}, overrides=[
+        f"faults.{k}={v}" for k, v in {"marker_dir": str(tmp_path), **kw}.items()]))
 
 
 def test_off_by_default():
-    assert FaultInjector.from_config(load_config(env={})["faults"]) is None
+    assert fault_injector(load_config(env={})) is None
 
 
 def test_crash_after_response_once_per_url_across_instances(tmp_path):
@@ -43,9 +44,9 @@ def test_drop_completion_once_per_url(tmp_path):
 
 
 def test_crash_and_drop_need_a_marker_folder():
-    cfg = {**load_config(env={})["faults"], "drop_completion": "x"}
+    cfg = load_config(env={}, overrides=["faults.drop_completion=x"])
     with pytest.raises(ValueError, match="marker_dir"):
-        FaultInjector.from_config(cfg)
+        fault_injector(cfg)
 
 
 def test_parse_delay_stalls(tmp_path):

@@ -8,14 +8,15 @@ import pytest
 from udfs.config import ConfigError, load_config, load_defaults
 from udfs.core.addresses import AddressPolicy
 from udfs.core.fetching import DnsCache, FetchLimits, classify, request_headers
-from udfs.core.frontier import FrontierConfig, Kind, Outcome
+from udfs.core.frontier import Kind, Outcome
+from udfs.settings import fetch_limits, frontier_config
 
-LIMITS = FetchLimits.from_config(load_defaults()["fetch"])
+LIMITS = fetch_limits(load_defaults())
 
 
 def test_limits_come_from_configuration_and_fit_inside_a_lease():
     assert FetchLimits() == LIMITS
-    assert LIMITS.total_timeout_s < FrontierConfig.from_config(load_defaults()).lease_timeout_s
+    assert LIMITS.total_timeout_s < frontier_config(load_defaults()).lease_timeout_s
     assert LIMITS.body_limit(Kind.ROBOTS) == 512 * 1024
     # A page: 10 MiB on the wire, 50 MiB once decoded; a sitemap: 50 MB both ways.
     assert LIMITS.wire_limit(Kind.PAGE) == 10 * 1024 * 1024

@@ -23,10 +23,17 @@ from udfs.core.politeness import HostPolicy
 from udfs.core.recrawl import Change, RecrawlPolicy
 from udfs.core.robots_state import RobotsPolicy
 from udfs.core.traps import DAY_S, TrapPolicy
+from udfs.settings import (
+    frontier_config,
+    host_policy,
+    recrawl_policy,
+    robots_policy,
+    trap_policy,
+)
 
 DEFAULTS = load_defaults()
 # The host rules one lease at a time (no look-ahead); the look-ahead tests use LOOKAHEAD.
-LOOKAHEAD = replace(FrontierConfig.from_config(DEFAULTS), lookahead_s=2.0,
+LOOKAHEAD = replace(frontier_config(DEFAULTS), lookahead_s=2.0,
                     max_lookahead_leases=2)
 CFG = replace(LOOKAHEAD, lookahead_s=0.0, max_lookahead_leases=0)
 H = "http://h.example"
@@ -35,9 +42,10 @@ ROBOTS = "User-agent: *\nDisallow: /private/\n"
 
 def test_policy_dataclass_defaults_match_the_defaults_file():
     # The defaults file is the one source; the dataclasses' own defaults must not drift.
-    for cls, section in ((HostPolicy, "politeness"), (RobotsPolicy, "robots"),
-                         (RecrawlPolicy, "recrawl"), (TrapPolicy, "traps")):
-        assert cls() == cls.from_config(DEFAULTS[section]), cls.__name__
+    # (tests/unit/test_config_schema.py checks every policy built in udfs/settings.py.)
+    for cls, build in ((HostPolicy, host_policy), (RobotsPolicy, robots_policy),
+                       (RecrawlPolicy, recrawl_policy), (TrapPolicy, trap_policy)):
+        assert cls() == build(DEFAULTS), cls.__name__
     own = {f.name for f in fields(FrontierConfig)} - {"host", "robots", "recrawl", "traps"}
     assert {k: getattr(FrontierConfig(), k) for k in own} == DEFAULTS["frontier"]
 

@@ -34,9 +34,13 @@ def test_the_deadline_ends_a_parse_at_its_cpu_limit_or_its_wall_cap():
 
 
 def test_limits_come_from_the_parse_section():
-    limits = ParseLimits.from_config({"workers": 3, "cpu_limit_s": 1.5, "memory_limit_mb": 256,
-                                      "max_bytes": 2048, "max_links": 7, "max_waiting": 9})
-    assert limits == ParseLimits(3, 1.5, 256, 2048, 7, 9)
+    from udfs.config import load_config
+    from udfs.settings import parse_limits
+
+    cfg = load_config(env={}, overrides=[
+        "parse.workers=3", "parse.cpu_limit_s=1.5", "parse.memory_limit_mb=256",
+        "parse.max_bytes=2048", "parse.max_links=7", "parse.max_waiting=9"])
+    assert parse_limits(cfg) == ParseLimits(3, 1.5, 256, 2048, 7, 9)
 
 
 def run(coro):

@@ -18,8 +18,9 @@ from udfs.core.robots_state import (
     decide,
     fetch_due,
 )
+from udfs.settings import robots_policy
 
-POLICY = RobotsPolicy.from_config(load_defaults()["robots"])
+POLICY = robots_policy(load_defaults())
 DAY = 86400.0
 RULES = "User-agent: *\nDisallow: /private/\nCrawl-delay: 7\nSitemap: /sitemap.xml\n"
 URL = "https://h.example/robots.txt"

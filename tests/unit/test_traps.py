@@ -14,8 +14,9 @@ from udfs.core.traps import (
     check_url,
     url_template,
 )
+from udfs.settings import trap_policy
 
-POLICY = TrapPolicy.from_config(load_defaults()["traps"])
+POLICY = trap_policy(load_defaults())
 
 
 def test_policy_comes_from_the_configuration():

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 from udfs.core.addresses import AddressPolicy
 from udfs.core.records import Kind, Outcome
@@ -37,11 +36,6 @@ class FetchLimits:
     dns_negative_ttl_s: float = 30.0
     dns_servers: tuple[str, ...] = ()  # empty: the system's (/etc/resolv.conf)
     dns_timeout_s: float = 5.0
-
-    @classmethod
-    def from_config(cls, section: Mapping[str, Any]) -> FetchLimits:
-        return cls(**{k: tuple(section[k]) if isinstance(section[k], list) else section[k]
-                      for k in cls.__dataclass_fields__ if k in section})
 
     def wire_limit(self, kind: Kind) -> int:
         """Bytes read from the wire: a sitemap has its own limit."""

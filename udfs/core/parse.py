@@ -17,7 +17,6 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any
 
 from lxml import etree, html
 
@@ -170,10 +169,6 @@ class ParseLimits:
     max_bytes: int = 5 * 1024 * 1024
     max_links: int = 5000
     max_waiting: int = 64
-
-    @classmethod
-    def from_config(cls, section: Mapping[str, Any]) -> ParseLimits:
-        return cls(**{k: section[k] for k in cls.__dataclass_fields__ if k in section})
 
     @property
     def wall_cap_s(self) -> float:

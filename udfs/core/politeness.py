@@ -32,10 +32,6 @@ class HostPolicy:
     daily_budget: int = 100_000
     policy_version: int = 0
 
-    @classmethod
-    def from_config(cls, section: dict[str, Any]) -> HostPolicy:
-        return cls(**{k: section[k] for k in cls.__dataclass_fields__ if k in section})
-
     def override(self, fields: dict[str, Any], version: int) -> HostPolicy:
         """A negotiated per-host policy: only this host's fields change, versioned."""
         unknown = set(fields) - set(self.__dataclass_fields__) - {"policy_version"}

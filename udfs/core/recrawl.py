@@ -5,7 +5,6 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from enum import IntEnum, StrEnum
-from typing import Any
 
 DAY_S = 86400.0
 
@@ -37,10 +36,6 @@ class RecrawlPolicy:
     learned_priority: bool = True
     duplicate_interval_factor: float = 4.0
     duplicate_host_share: float = 0.5
-
-    @classmethod
-    def from_config(cls, section: dict[str, Any]) -> RecrawlPolicy:
-        return cls(**{k: section[k] for k in cls.__dataclass_fields__ if k in section})
 
 
 def freshness(priority: float, policy: RecrawlPolicy) -> Freshness:

@@ -40,10 +40,6 @@ class RobotsPolicy:
     crawl_delay: str = "honor"  # or "ignore": Crawl-delay is not in the RFC
     crawl_delay_cap_s: float = 30.0
 
-    @classmethod
-    def from_config(cls, section: dict) -> RobotsPolicy:
-        return cls(**{k: section[k] for k in cls.__dataclass_fields__ if k in section})
-
 
 @dataclass(frozen=True)
 class RobotsState:

@@ -12,7 +12,6 @@ import re
 from collections import Counter
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any
 
 from udfs.core.urls import split_host_key
 
@@ -39,10 +38,6 @@ class TrapPolicy:
     template_budget: int = 5000
     template_sample_every: int = 100
     max_templates_per_host: int = 5000
-
-    @classmethod
-    def from_config(cls, section: dict[str, Any]) -> TrapPolicy:
-        return cls(**{k: section[k] for k in cls.__dataclass_fields__ if k in section})
 
 
 def check_url(url: str, depth: int, policy: TrapPolicy) -> TrapReason | None:

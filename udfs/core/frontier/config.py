@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
-from typing import Any
+from dataclasses import dataclass
 
 from udfs.core.politeness import HostPolicy
 from udfs.core.recrawl import RecrawlPolicy
@@ -48,13 +47,3 @@ class FrontierConfig:
     host_shards: int = 64
     shard_refill_urls: int = 5000
     shard_pull_timeout_s: float = 120.0
-
-    @classmethod
-    def from_config(cls, data: dict[str, Any]) -> FrontierConfig:
-        own = {k: data["frontier"][k] for k in (f.name for f in fields(cls))
-               if k in data.get("frontier", {})}
-        return cls(host=HostPolicy.from_config(data["politeness"]),
-                   robots=RobotsPolicy.from_config(data["robots"]),
-                   recrawl=RecrawlPolicy.from_config(data["recrawl"]),
-                   traps=TrapPolicy.from_config(data["traps"]), **own)
-
