@@ -133,9 +133,10 @@ class AddressPolicy:
         cls = classify(address)
         if ip is None:
             return f"not an IP address: {address!r}"
-        candidates = [ip]
-        if isinstance(ip, ipaddress.IPv6Address) and _embedded_v4(ip) is not None:
-            candidates.append(_embedded_v4(ip))
+        candidates: list[IPAddress] = [ip]
+        embedded = _embedded_v4(ip) if isinstance(ip, ipaddress.IPv6Address) else None
+        if embedded is not None:
+            candidates.append(embedded)
         for net in self.allowed_networks:
             for candidate in candidates:
                 if candidate.version == net.version and candidate in net:

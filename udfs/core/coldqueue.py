@@ -26,7 +26,7 @@ class KeyValue(Protocol):
     def remove(self, key: str) -> None: ...
 
 
-class DictKeyValue(dict):
+class DictKeyValue(dict[str, Any]):
     """A dict with the MapState verbs (tests, simulator)."""
 
     def put(self, key: str, value: Any) -> None:

@@ -22,6 +22,7 @@ from collections.abc import Iterator
 from functools import lru_cache
 
 import numpy as np
+from numpy.typing import NDArray
 
 _MASK64 = (1 << 64) - 1
 _M1 = 0xBF58476D1CE4E5B9
@@ -83,7 +84,7 @@ def feature_hash_bytes(data: bytes) -> bytes:
 _BITS = np.unpackbits(np.arange(256, dtype=np.uint8)[:, None], axis=1).astype(np.int64)
 
 
-def _majority(hashes: np.ndarray, count: int) -> int:
+def _majority(hashes: NDArray[np.uint64], count: int) -> int:
     """Bit j of the result is set when more than count/2 hashes have bit j set.
 
     Per-bit counts come from a histogram of each byte position's values times a
@@ -108,18 +109,20 @@ def _is_token_char(code: int) -> bool:
 
 
 @lru_cache(maxsize=1)
-def _bmp_word_table() -> np.ndarray:
+def _bmp_word_table() -> NDArray[np.bool_]:
     """Word-character flags of every Basic Multilingual Plane code point (built once, ~40 ms)."""
-    return np.array([_TOKEN_CHAR.fullmatch(chr(c)) is not None for c in range(65536)],
-                    dtype=bool)
+    table: NDArray[np.bool_] = np.array(
+        [_TOKEN_CHAR.fullmatch(chr(c)) is not None for c in range(65536)], dtype=bool)
+    return table
 
 
-def _token_codes(text: str) -> np.ndarray:
+def _token_codes(text: str) -> NDArray[np.uint64]:
     """Code points of the package's token string: lower-cased, word characters only."""
     low = text.lower()
     if low.isascii():
         raw = np.frombuffer(low.encode("ascii"), dtype=np.uint8)
-        return raw[_ASCII_WORD[raw]].astype(np.uint64)
+        ascii_codes: NDArray[np.uint64] = raw[_ASCII_WORD[raw]].astype(np.uint64)
+        return ascii_codes
     codes = np.frombuffer(low.encode("utf-32-le", "surrogatepass"), dtype=np.uint32)
     table = _bmp_word_table()
     if codes.max() < 65536:
@@ -130,10 +133,11 @@ def _token_codes(text: str) -> np.ndarray:
         mask[bmp] = table[codes[bmp]]
         idx = np.nonzero(~bmp)[0]
         mask[idx] = [_is_token_char(int(c)) for c in codes[idx]]
-    return codes[mask].astype(np.uint64)
+    kept: NDArray[np.uint64] = codes[mask].astype(np.uint64)
+    return kept
 
 
-def _hashes_of_4grams(codes: np.ndarray) -> np.ndarray:
+def _hashes_of_4grams(codes: NDArray[np.uint64]) -> NDArray[np.uint64]:
     n = len(codes) - 3
     h = np.full(n, _SEED, dtype=np.uint64)
     prime = np.uint64(_PRIME)

@@ -75,7 +75,8 @@ def charset_of(content_type: str | None) -> str | None:
     return m.group(1) if m else None
 
 
-def parse_html(body: bytes, url: str, *, headers: Mapping[str, str] | None = None,
+def parse_html(body: bytes, url: str, *,
+               headers: Mapping[str, str] | Iterable[tuple[str, str]] | None = None,
                user_agent: str = "FlinkCrawler", max_bytes: int = 5 * 1024 * 1024,
                max_links: int = 5000, url_policy: UrlPolicy | None = None) -> ParsedPage:
     """Parse one HTML page fetched from `url`. Never raises; problems go to `error`.

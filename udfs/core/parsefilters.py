@@ -91,7 +91,8 @@ class ParseFilter(Protocol):
 
 def load_filter(entry: str) -> ParseFilter:
     """Import and build one filter; FilterError with the reason if it cannot be."""
-    return build(entry, METHOD)
+    built: ParseFilter = build(entry, METHOD)
+    return built
 
 
 def load_filters(entries: Sequence[str]) -> list[tuple[str, ParseFilter]]:
@@ -178,5 +179,5 @@ def parse_and_filter(body: bytes, url: str, headers: Sequence[tuple[str, str]], 
                       max_links=max_links, url_policy=policy)
     if not chain:
         return page, None
-    return page, apply_chain(chain, url, page, Page(tuple(map(tuple, headers)),
+    return page, apply_chain(chain, url, page, Page(tuple((k, v) for k, v in headers),
                                                     body[:max_bytes]), policy, max_links)

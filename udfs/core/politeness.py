@@ -103,7 +103,7 @@ def backoff_delay(policy: HostPolicy, exponent: int, unit: float) -> float:
     `unit` is a uniform draw in [0, 1) supplied by the caller (see `Jitter`).
     """
     raw = min(policy.backoff_max_s, policy.backoff_base_s * (2 ** min(exponent, 30)))
-    return raw * (0.5 + 0.5 * unit)
+    return float(raw * (0.5 + 0.5 * unit))
 
 
 class Jitter:

@@ -211,12 +211,12 @@ _STATUS_AT = URL_FIELD_NAMES.index("status")
 _KIND_AT = URL_FIELD_NAMES.index("kind")
 
 
-def url_to_saved(u: UrlState) -> tuple:
+def url_to_saved(u: UrlState) -> tuple[Any, ...]:
     """A URL state as keyed state stores it (see URL_LAYOUTS and url_from_saved)."""
     return saved_from_values(url_values(u))
 
 
-def saved_from_values(values: tuple) -> tuple:
+def saved_from_values(values: tuple[Any, ...]) -> tuple[Any, ...]:
     """`url_values` of a URL state in its keyed-state layout."""
     saved = [URL_LAYOUT, *values]
     saved[1 + _STATUS_AT] = values[_STATUS_AT].value
@@ -229,10 +229,10 @@ def is_layout(saved: Any) -> bool:
     return isinstance(saved, tuple) and bool(saved) and isinstance(saved[0], int)
 
 
-def url_from_saved(saved: tuple | dict[str, Any]) -> UrlState:
+def url_from_saved(saved: tuple[Any, ...] | dict[str, Any]) -> UrlState:
     """A URL state from keyed state (a layout tuple, or a dict by field name from the
     builds before layouts) or from an in-process snapshot (a plain tuple of values)."""
-    if is_layout(saved):
+    if isinstance(saved, tuple) and is_layout(saved):
         names = URL_LAYOUTS.get(saved[0])
         if names is None:
             raise ValueError(f"URL state in layout {saved[0]}, which this build does not "

@@ -260,7 +260,8 @@ def _key_value(line: str) -> tuple[str, str] | None:
 def _agent_token(value: str) -> str:
     if value.startswith("*") and (len(value) == 1 or value[1].isspace()):
         return "*"
-    return _PRODUCT_TOKEN.match(value).group(0).lower()
+    token = _PRODUCT_TOKEN.match(value)  # matches every string (it may match nothing)
+    return token.group(0).lower() if token else ""
 
 
 def _parse(data: str | bytes) -> RobotsTxt:

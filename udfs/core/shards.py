@@ -32,6 +32,7 @@ it goes back to its shard. The owner drops such a copy when it comes back
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -92,7 +93,7 @@ class ShardQueue:
     def __len__(self) -> int:
         return len(self.queue)
 
-    def put(self, items: list[tuple[str, Any]], due_of) -> int:
+    def put(self, items: list[tuple[str, Any]], due_of: Callable[[Any], float]) -> int:
         """Keep these URLs (url, saved state); `due_of(saved)` is a URL's due time. A URL
         already here is not added twice. Returns how many were added."""
         added = 0

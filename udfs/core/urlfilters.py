@@ -84,7 +84,8 @@ def parse_entry(entry: str) -> tuple[str, str, dict[str, Any]]:
 
 def load_filter(entry: str) -> UrlFilter:
     """Import and build one filter; FilterError with the reason if it cannot be."""
-    return build(entry, METHOD)
+    built: UrlFilter = build(entry, METHOD)
+    return built
 
 
 def build(entry: str, method: str) -> Any:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ada_url import URL
 from ada_url import join_url as _ada_join
@@ -36,6 +36,9 @@ class UrlPolicy:
     """
 
     drop_params: tuple[str, ...] = ()
+    # Derived from drop_params at construction.
+    _exact: frozenset[str] = field(init=False, repr=False, compare=False)
+    _prefixes: tuple[str, ...] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         exact = {p.lower() for p in self.drop_params if not p.endswith("*")}

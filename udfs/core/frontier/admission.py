@@ -73,7 +73,7 @@ class Admitter:
                 self._count("sitemap_changed_due")
                 self.queue.enqueue(known, now)
             return Admission(False, uid, "known")
-        reason = check_url(url, depth, self.cfg.traps)
+        reason: str | None = check_url(url, depth, self.cfg.traps)
         if reason is None and redirect_hops > self.cfg.max_redirect_hops:
             reason = "redirect_hops"
         if reason is None:

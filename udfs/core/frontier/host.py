@@ -256,7 +256,7 @@ class HostFrontier:
         """The host's durable state except its URLs, as plain data (one keyed value)."""
         return state.host_state(self)
 
-    def changed_urls(self) -> list[tuple[str, tuple | None]]:
+    def changed_urls(self) -> list[tuple[str, tuple[Any, ...] | None]]:
         """URL states changed since the last call (see UrlQueue.changed)."""
         return self.queue.changed()
 

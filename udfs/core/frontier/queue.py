@@ -9,6 +9,7 @@ remembers which URLs changed since the last save or snapshot (both incremental).
 from __future__ import annotations
 
 import heapq
+from typing import Any
 
 from udfs.core.records import UrlState, UrlStatus, url_values
 from udfs.core.recrawl import Dup, RecrawlPolicy, queue_priority
@@ -27,7 +28,7 @@ class UrlQueue:
         self._seq = 0
         # Changed since the last save (`changed`) or snapshot (`snapshot`).
         self.dirty: set[str] = set()
-        self._snap: dict[str, tuple] = {}
+        self._snap: dict[str, tuple[Any, ...]] = {}
 
     def __len__(self) -> int:
         return len(self.urls)
@@ -94,7 +95,7 @@ class UrlQueue:
         """Resident URLs not held by a lease."""
         return sum(1 for u in self.urls.values() if u.status is not UrlStatus.LEASED)
 
-    def changed(self) -> list[tuple[str, tuple | None]]:
+    def changed(self) -> list[tuple[str, tuple[Any, ...] | None]]:
         """URL states changed since the last call, as (url_id, fields) for a keyed map
         (None: removed); the incremental counterpart of `snapshot`."""
         out = [(uid, url_values(self.urls[uid]) if uid in self.urls else None)
@@ -102,7 +103,7 @@ class UrlQueue:
         self.dirty.clear()
         return out
 
-    def snapshot(self) -> dict[str, tuple]:
+    def snapshot(self) -> dict[str, tuple[Any, ...]]:
         """URL states as tuples (immutable, so unchanged ones are shared between snapshots)."""
         cache = self._snap
         for uid in self.dirty:
@@ -114,7 +115,7 @@ class UrlQueue:
         self.dirty.clear()
         return dict(cache)
 
-    def restored(self, uid: str, u: UrlState, values: tuple | None) -> None:
+    def restored(self, uid: str, u: UrlState, values: tuple[Any, ...] | None) -> None:
         """A URL from a snapshot (`values`: its snapshot tuple, kept for the next one)."""
         self.urls[uid] = u
         if values is not None:

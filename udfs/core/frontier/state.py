@@ -187,7 +187,8 @@ def _field_names(cls: type) -> tuple[str, ...]:
 def _fields_of(record: Any) -> dict[str, Any]:
     """A dataclass record as {field name: value}, enums by their value: keyed state holds
     builtin types only, so renaming or moving a class of ours never breaks a savepoint."""
-    return {name: _plain(getattr(record, name)) for name in _field_names(type(record))}
+    cls: type = type(record)
+    return {name: _plain(getattr(record, name)) for name in _field_names(cls)}
 
 
 def _from_fields(cls: type, saved: Any, added: set[str] | None = None, where: str = ""
