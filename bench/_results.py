@@ -109,7 +109,7 @@ class CpuMeter:
 
 def broker_pid() -> int | None:
     """The local stack's Kafka broker process, if it is running (its CPU is the crawl's)."""
-    from crawler.local import LocalStack
+    from crawler.stack.local import LocalStack
     from udfs.config import load_config
 
     for st in LocalStack(load_config(env={})).status():

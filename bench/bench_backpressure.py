@@ -7,7 +7,7 @@ thread mode, fetcher in process mode, MiniClusters, 1 s checkpoints) against a f
 synthetic web on loopback, seeded with every site's home page:
 
 1. `clean`: --sites ordinary sites and three more ordinary ones;
-2. `hostile`: the same --sites sites and three hostile ones (crawler/synthetic_web.py
+2. `hostile`: the same --sites sites and three hostile ones (crawler/testkit/synthetic_web.py
    HOSTILE_PAGES: 100,000 nested divs, a 5 MB page of attributes, a page that makes
    lxml's text extraction take seconds), parse limits as shipped (and, first, the CPU
    parse_html takes on each hostile page in the benchmark's own process, no limits);
@@ -41,11 +41,11 @@ import psutil  # noqa: E402
 from kafka import KafkaConsumer  # noqa: E402
 
 from bench._results import record, tree_pids  # noqa: E402
-from crawler.local import ensure_topics  # noqa: E402
 from crawler.run import JobProcess, free_port, publish_seeds, synthetic_overrides  # noqa: E402
-from crawler.synthetic_web import HOSTILE_PAGES, SyntheticWeb, build_sites  # noqa: E402
-from udfs.avro import registry  # noqa: E402
+from crawler.stack.local import ensure_topics  # noqa: E402
+from crawler.testkit.synthetic_web import HOSTILE_PAGES, SyntheticWeb, build_sites  # noqa: E402
 from udfs.config import TOPIC_KEYS, load_config  # noqa: E402
+from udfs.wire.avro import registry  # noqa: E402
 
 REG = registry()
 OLD_FIRST_COMMIT_S = 210  # bench/RESULTS.md before the parse stage: 0.1 s stall
@@ -81,7 +81,7 @@ def longest_checkpoint_s(rest_port: int) -> float | None:
 
 def unlimited_parse_cpu() -> dict[str, float]:
     """CPU seconds parse_html takes on each hostile page in this process, no limits."""
-    from crawler.synthetic_web import hostile_body
+    from crawler.testkit.synthetic_web import hostile_body
     from udfs.core.parse import parse_html
 
     out = {}

@@ -27,7 +27,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 from bench._results import CpuMeter, broker_pid, record  # noqa: E402
 from crawler.run import JobProcess, publish_seeds, synthetic_overrides  # noqa: E402
-from crawler.synthetic_web import SyntheticWeb, build_sites  # noqa: E402
+from crawler.testkit.synthetic_web import SyntheticWeb, build_sites  # noqa: E402
 from udfs.config import TOPIC_KEYS, load_config  # noqa: E402
 
 SPIDER = r'''
@@ -126,7 +126,7 @@ def run_ours(sites: int, seconds: int, gap: float, workdir: Path, page_bytes: in
     overrides.append(f"flink.checkpoint_interval_ms={checkpoint_ms}")
     overrides += extra
     cfg = load_config(env={}, overrides=overrides)
-    from crawler.local import ensure_topics
+    from crawler.stack.local import ensure_topics
 
     ensure_topics(cfg)
     jobs = [JobProcess(n, overrides, workdir / f"{n}.log") for n in ("frontier", "fetcher")]

@@ -19,12 +19,12 @@ import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench._results import record, timed  # noqa: E402
-from crawler.many_hosts import Frontier  # noqa: E402
+from crawler.testkit.many_hosts import Frontier  # noqa: E402
 from udfs.config import load_defaults  # noqa: E402
+from udfs.config.policies import frontier_config  # noqa: E402
 from udfs.core.fingerprints import feature_hash_bytes, simhash64  # noqa: E402
 from udfs.core.frontier import FetchResult, Outcome  # noqa: E402
 from udfs.core.robots_state import RobotsState, RobotsStatus  # noqa: E402
-from udfs.settings import frontier_config  # noqa: E402
 
 
 def rss_bytes() -> int:

@@ -33,10 +33,10 @@ sys.path.insert(0, str(ROOT))
 from kafka import KafkaConsumer, KafkaProducer  # noqa: E402
 
 from bench._results import CpuMeter, broker_pid, record  # noqa: E402
-from crawler.local import ensure_topics  # noqa: E402
 from crawler.run import JobProcess  # noqa: E402
-from udfs.avro import load_examples, registry  # noqa: E402
+from crawler.stack.local import ensure_topics  # noqa: E402
 from udfs.config import TOPIC_KEYS, load_config  # noqa: E402
+from udfs.wire.avro import load_examples, registry  # noqa: E402
 
 REG = registry()
 

@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 from bench._results import record  # noqa: E402
 from crawler.run import JobProcess, publish_seeds  # noqa: E402
-from crawler.synthetic_web import Site, SyntheticWeb  # noqa: E402
+from crawler.testkit.synthetic_web import Site, SyntheticWeb  # noqa: E402
 from udfs.config import TOPIC_KEYS, load_config  # noqa: E402
 
 
@@ -46,7 +46,7 @@ def one_site(seconds: int, workdir: Path) -> tuple[float, int, float]:
                   f"fetch.static_hosts=[{','.join(web.static_hosts())}]",
                   f"storage.local_dir={workdir / 'objects'}"]
     cfg = load_config(env={}, overrides=overrides)
-    from crawler.local import ensure_topics
+    from crawler.stack.local import ensure_topics
 
     ensure_topics(cfg)
     jobs = [JobProcess(n, overrides, workdir / f"{n}.log") for n in ("fetcher", "frontier")]
@@ -101,7 +101,7 @@ def dev_crawl(seconds: int, window_s: float = 30.0) -> dict[str, float]:
 
 
 def _site_delays() -> dict[str, float]:
-    from crawler.synthetic_web import build_sites
+    from crawler.testkit.synthetic_web import build_sites
 
     return {s.name: 1.5 if s.robots == "delay" else 0.0 for s in build_sites(8)}
 

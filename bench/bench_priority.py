@@ -1,6 +1,6 @@
 """Fixed versus learned priority in the scheduling simulation, same seeds, same fetch count.
 
-Each seed runs `crawl simulate`'s world twice (crawler/simulate.py, every fault on):
+Each seed runs `crawl simulate`'s world twice (crawler/testkit/simulate.py, every fault on):
 once with recrawl.learned_priority off (each host's queue ordered by discovery value,
 then due time) and once on (pages seen to change first, duplicates and failures later,
 duplicate pages and duplicate-heavy hosts revisited 4x later). Pages change on their own
@@ -24,7 +24,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench._results import record  # noqa: E402
-from crawler.simulate import SimConfig, simulate  # noqa: E402
+from crawler.testkit.simulate import SimConfig, simulate  # noqa: E402
 
 
 def main() -> None:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench._results import record  # noqa: E402
-from crawler.simulate import SimConfig, simulate  # noqa: E402
+from crawler.testkit.simulate import SimConfig, simulate  # noqa: E402
 
 
 def main() -> None:

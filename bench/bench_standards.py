@@ -27,7 +27,7 @@ from udfs.core.parse import parse_html  # noqa: E402
 from udfs.core.robots import parse_robots  # noqa: E402
 from udfs.core.sitemaps import parse_sitemap  # noqa: E402
 from udfs.core.urls import normalize_url  # noqa: E402
-from udfs.warc import Exchange, Fetch, build_records  # noqa: E402
+from udfs.storage.warc import Exchange, Fetch, build_records  # noqa: E402
 
 rng = random.Random(7)
 
@@ -178,7 +178,7 @@ def bench_parse() -> list[tuple[str, str]]:
 def keep_page(body: bytes) -> int:
     """What the fetcher does with one fetched body besides fetching and parsing it: its
     SHA-256, its WARC response and request records (one gzip member each, level 6), and
-    its content-addressed raw/ copy (gzip level 6, udfs/storage.py). Bytes written."""
+    its content-addressed raw/ copy (gzip level 6, udfs/storage/bodies.py). Bytes written."""
     sha = hashlib.sha256(body).hexdigest()
     ex = Exchange(method="GET", target="/a/page", request_headers=[("Host", "site.example")],
                   version="HTTP/1.1", status=200, reason="OK",

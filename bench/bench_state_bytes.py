@@ -32,10 +32,10 @@ sys.path.insert(0, str(ROOT))
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition  # noqa: E402
 
 from bench._results import record  # noqa: E402
-from crawler.local import ensure_topics  # noqa: E402
 from crawler.run import JobProcess  # noqa: E402
-from udfs.avro import registry  # noqa: E402
+from crawler.stack.local import ensure_topics  # noqa: E402
 from udfs.config import TOPIC_KEYS, ConfigError, load_config  # noqa: E402
+from udfs.wire.avro import registry  # noqa: E402
 
 REG = registry()
 LINKS_PER_RECORD = 1000  # keeps a record ~100 KB, under Kafka's 1 MB default

@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 _DESCRIPTION = """\
 A polite, recoverable web crawler on Apache Flink and Kafka.
 
-Configuration: every default is in udfs/crawler-default.yaml. Override with
+Configuration: every default is in udfs/config/crawler-default.yaml. Override with
 --config FILE (or CRAWL_CONFIG=FILE), CRAWL__SECTION__KEY=value environment
 variables, and --set section.key=value flags, in that order. --config and --set
 go before or after the command; every process a command starts gets them too.
@@ -157,14 +157,14 @@ def check_savepoint(flag: str, path: str | None) -> str | None:
 
 
 def _parse_faults(text: str) -> tuple[str, ...]:
-    from crawler.simulate import FAULTS
+    from crawler.testkit.simulate import FAULTS
 
     return FAULTS if text == "all" else tuple(
         f for f in text.split(",") if f and f != "none")
 
 
 def check_faults(flag: str, text: str) -> str | None:
-    from crawler.simulate import FAULTS
+    from crawler.testkit.simulate import FAULTS
 
     unknown = set(_parse_faults(text)) - set(FAULTS)
     if not unknown:
@@ -321,7 +321,7 @@ def _cmd_warc(args: argparse.Namespace) -> int:
     """The WARC files of the crawl's store: list them, print a URL's record, verify."""
     from crawler import warc_tool
     from udfs.core.urls import UrlPolicy, normalize_url
-    from udfs.storage import open_store
+    from udfs.storage.bodies import open_store
 
     found = _crawl_config(args)
     if found is None:
@@ -332,7 +332,7 @@ def _cmd_warc(args: argparse.Namespace) -> int:
         os.path.join(cfg["storage.local_dir"], prefix)
     try:
         if args.action == "recover":
-            from udfs.warc_writer import recovering_writer
+            from udfs.storage.warc_writer import recovering_writer
 
             keys = recovering_writer(cfg, store).recover()
             for key in keys:
@@ -361,7 +361,7 @@ def _cmd_warc(args: argparse.Namespace) -> int:
             f, _ts, data = found
             member = warc_tool.read_entry(store, f, data)
             if args.raw:
-                from udfs.warc import decode_member
+                from udfs.storage.warc import decode_member
 
                 sys.stdout.buffer.write(decode_member(member))
             else:
@@ -396,7 +396,7 @@ def _check_reparse(args: argparse.Namespace) -> str | None:
 def _cmd_reparse(args: argparse.Namespace) -> int:
     """Parse the crawl's stored pages again; their links to the discovered topic."""
     from crawler.reparse import kafka_sender, reparse
-    from udfs.storage import open_store
+    from udfs.storage.bodies import open_store
 
     found = _crawl_config(args)
     if found is None:
@@ -530,7 +530,7 @@ def validate(args: argparse.Namespace) -> str | None:
 
 
 def _cmd_local(args: argparse.Namespace) -> int:
-    from crawler.local import LocalStack
+    from crawler.stack.local import LocalStack
 
     cfg = load_config(args.config, overrides=args.set)
     stack = LocalStack(cfg, state_dir=args.state_dir)
@@ -550,7 +550,7 @@ def _cmd_local(args: argparse.Namespace) -> int:
 
 
 def _cmd_cluster(args: argparse.Namespace) -> int:
-    from crawler.cluster import Cluster
+    from crawler.stack.cluster import Cluster
 
     cfg = load_config(args.config, overrides=args.set)
     cluster = Cluster(cfg)
@@ -573,7 +573,7 @@ def _cmd_cluster(args: argparse.Namespace) -> int:
 
 def _cmd_job(args: argparse.Namespace) -> int:
     """submit / savepoint / upgrade / rescale: the flink CLI on the session cluster."""
-    from crawler.cluster import Cluster
+    from crawler.stack.cluster import Cluster
 
     cfg = load_config(args.config, overrides=args.set)
     cluster = Cluster(cfg)
@@ -596,7 +596,7 @@ def _cmd_job(args: argparse.Namespace) -> int:
 
 
 def _cmd_deps(args: argparse.Namespace) -> int:
-    from crawler import deps
+    from crawler.stack import deps
 
     cfg = load_config(args.config, overrides=args.set)
     print(f"cache folder: {deps.cache_dir()}")
@@ -606,7 +606,7 @@ def _cmd_deps(args: argparse.Namespace) -> int:
 
 
 def _cmd_topics(args: argparse.Namespace) -> int:
-    from crawler.local import ensure_topics, topic_partitions
+    from crawler.stack.local import ensure_topics, topic_partitions
 
     cfg = load_config(args.config, overrides=args.set)
     if args.action == "create":
@@ -636,7 +636,7 @@ def _cmd_config(args: argparse.Namespace) -> int:
 
 
 def _cmd_schemas(args: argparse.Namespace) -> int:
-    from udfs.avro import check_lock, check_registry, registry
+    from udfs.wire.avro import check_lock, check_registry, registry
 
     reg = registry()
     problems = check_registry(reg) + check_lock(reg)
@@ -664,7 +664,7 @@ def _cmd_plan(args: argparse.Namespace) -> int:
 
 
 def _cmd_simulate(args: argparse.Namespace) -> int:
-    from crawler.simulate import SimConfig, main_line
+    from crawler.testkit.simulate import SimConfig, main_line
 
     line = main_line(SimConfig(hosts=args.hosts, fetches=args.fetches, seed=args.seed,
                                faults=_parse_faults(args.faults)))
@@ -698,7 +698,7 @@ def _cmd_audit(args: argparse.Namespace) -> int:
 
     from udfs.core.audit import PREFIX, day_prefixes, describe, history
     from udfs.core.urls import UrlPolicy, normalize_url
-    from udfs.storage import open_store
+    from udfs.storage.bodies import open_store
 
     cfg = load_config(args.config, overrides=args.set)
     # The URL as the frontier leased it: normalized with the configured drop list.
@@ -1036,8 +1036,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         return 130
     except Exception as exc:  # a clear one-line error for the known failure types
-        from crawler.deps import DependencyError
-        from crawler.local import StackError
+        from crawler.stack.deps import DependencyError
+        from crawler.stack.local import StackError
 
         if isinstance(exc, (StackError, DependencyError)):
             print(f"crawl: {exc}", file=sys.stderr)

@@ -14,10 +14,10 @@ import os
 import time
 from typing import Any
 
-from udfs.avro import registry
 from udfs.config import Config
 from udfs.core.control import span
 from udfs.core.urls import normalize_url, split_host_key
+from udfs.wire.avro import registry
 
 _seq = itertools.count(1)
 DUP_NAMES = {0: "no", 1: "near (SimHash)", 2: "exact"}  # recrawl.Dup
@@ -94,7 +94,7 @@ def _wait_committed(cfg: Config, tp, offset: int, deadline: float) -> bool:
 
     admin = KafkaAdminClient(bootstrap_servers=cfg["kafka.bootstrap_servers"],
                              request_timeout_ms=cfg["kafka.request_timeout_ms"])
-    group = f"{cfg['kafka.group_id_prefix']}.frontier"  # udfs/runtime.py KafkaIO.source
+    group = f"{cfg['kafka.group_id_prefix']}.frontier"  # udfs/flink/runtime.py KafkaIO.source
     try:
         while True:
             committed = admin.list_group_offsets({group: [tp]}).get(group, {}).get(tp)

@@ -18,13 +18,14 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from udfs.storage.warc_writer import _date_ms
+
 from crawler import warc_tool
 from udfs.core.parse import ParsedPage
 from udfs.core.parsefilters import ParseFilter, load_filters, parse_and_filter
 from udfs.core.reparse import Entry, discovered_records, entry, response_lookup, select
 from udfs.core.urls import UrlPolicy
-from udfs.warc import DEPTH_FIELD, parse_cdxj, read_record, timestamp14
-from udfs.warc_writer import _date_ms
+from udfs.storage.warc import DEPTH_FIELD, parse_cdxj, read_record, timestamp14
 
 
 def parse_page(body: bytes, url: str, headers: list[tuple[str, str]], cfg: Any,
@@ -147,7 +148,7 @@ def kafka_sender(cfg: Any) -> tuple[Callable[[str, dict[str, Any]], None], Calla
     host_key; close flushes (and raises if a record was not delivered)."""
     from kafka import KafkaProducer
 
-    from udfs.avro import registry
+    from udfs.wire.avro import registry
 
     reg = registry()
     topic = cfg.topic("discovered")

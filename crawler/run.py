@@ -18,13 +18,13 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from udfs.avro import registry
 from udfs.config import Config, load_config
 from udfs.core.parse import group_by_host
 from udfs.core.urls import UrlPolicy, normalize_url
+from udfs.wire.avro import registry
 
 # What an operator may seed: pages, and sitemap files (the frontier reads those as
-# sitemaps and seeds their entries; see udfs/frontier_io.py).
+# sitemaps and seeds their entries; see udfs/frontier/pipeline.py).
 SEED_SOURCES = ("SEED", "SEED_SITEMAP")
 
 
@@ -298,12 +298,13 @@ def synthetic_overrides(web, state_dir: Path, min_gap_s: float) -> list[str]:
 
 def _publish_warc_left(cfg) -> None:
     """The fetcher's open WARC file is not closed when its job is stopped (its Python
-    workers end with the job's process group): publish it now (udfs/warc_writer.py)."""
+    workers end with the job's process group): publish it now (udfs/storage/warc_writer.py)."""
     if cfg is None or not cfg["warc.enabled"]:
         return
     try:
-        from udfs.storage import open_store
-        from udfs.warc_writer import recovering_writer
+        from udfs.storage.warc_writer import recovering_writer
+
+        from udfs.storage.bodies import open_store
 
         keys = recovering_writer(cfg, open_store(cfg)).recover()
         if keys:
@@ -318,8 +319,8 @@ def run(cfg_files: Sequence[str], overrides: Sequence[str], seeds_file: str | No
         sitemaps_file: str | None = None) -> int:
     """A local crawl: the seeds of `seeds_file` and the sitemaps of `sitemaps_file`, or
     the synthetic web when neither is given. The CLI has validated the arguments."""
-    from crawler.local import LocalStack
-    from crawler.synthetic_web import SyntheticWeb, build_sites
+    from crawler.stack.local import LocalStack
+    from crawler.testkit.synthetic_web import SyntheticWeb, build_sites
     from udfs.config import TOPIC_KEYS
 
     # Ctrl-C and SIGTERM both end the run cleanly (a shell may have started us with
@@ -359,8 +360,8 @@ def run(cfg_files: Sequence[str], overrides: Sequence[str], seeds_file: str | No
             print(f"synthetic web: {len(web.site_list)} sites on 127.0.0.1:{web.port}"
                   " (loopback allowed for this run only)", flush=True)
         cfg = load_config(cfg_files, overrides=extra)
-        from crawler.local import ensure_topics
         from crawler.runs import record_run
+        from crawler.stack.local import ensure_topics
 
         # Other terminals find this crawl by it (crawl status, crawl host, crawl url show).
         # Each job's MiniCluster serves Flink's REST API on a free loopback port.

@@ -274,7 +274,7 @@ def busiest_hosts(cfg: Config, window_s: int = LEASE_WINDOW_S, per_partition: in
     from kafka import KafkaConsumer, TopicPartition
     from kafka.errors import KafkaError
 
-    from udfs.avro import registry
+    from udfs.wire.avro import registry
 
     topic = cfg.topic("leases")
     reg = registry()

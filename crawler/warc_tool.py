@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from udfs.warc import index_name, parse_cdxj, read_record
+from udfs.storage.warc import index_name, parse_cdxj, read_record
 
 
 @dataclass

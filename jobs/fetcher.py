@@ -15,8 +15,8 @@ from pyflink.common import Row, Time
 from pyflink.datastream import AsyncDataStream
 
 from udfs.config import load_config
-from udfs.fetcher_operator import FETCH_OUTPUT, FetchFunction
-from udfs.runtime import ROW_KEY_VALUE, KafkaIO, make_env, restoring
+from udfs.fetcher.operator import FETCH_OUTPUT, FetchFunction
+from udfs.flink.runtime import ROW_KEY_VALUE, KafkaIO, make_env, restoring
 
 
 def main(argv: Sequence[str] | None = None) -> None:

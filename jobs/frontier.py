@@ -15,9 +15,11 @@ from collections.abc import Sequence
 
 from pyflink.common import Row, Types
 
-from udfs.audit_operator import audit_trail
 from udfs.config import load_config
-from udfs.frontier_operator import (
+from udfs.flink.runtime import ROW_KEY_VALUE, KafkaIO, make_env
+from udfs.frontier.audit import audit_trail
+from udfs.frontier.index import ContentDedup, NearDuplicateBand
+from udfs.frontier.operator import (
     DEAD_LETTERS,
     DISCOVERED,
     HOST_INPUT,
@@ -29,8 +31,6 @@ from udfs.frontier_operator import (
     FrontierFunction,
     Intake,
 )
-from udfs.index_dedup import ContentDedup, NearDuplicateBand
-from udfs.runtime import ROW_KEY_VALUE, KafkaIO, make_env
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -87,7 +87,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             .process(NearDuplicateBand(band), output_type=ROW_KEY_VALUE if last else INDEX_INPUT) \
             .uid(f"frontier-near-duplicates-{band}")
     # The fetch audit trail: every completion into object storage, where it outlives the
-    # completions topic (udfs/audit_operator.py).
+    # completions topic (udfs/frontier/audit.py).
     audit_trail(completions, kafka, cfg)
 
     # Leases and the URLs the frontier found itself go out at once (at-least-once): a

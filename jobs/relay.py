@@ -17,8 +17,8 @@ import sys
 from collections.abc import Sequence
 
 from udfs.config import load_config
-from udfs.relay import DEAD_LETTERS, RelayFunction
-from udfs.runtime import ROW_KEY_VALUE, KafkaIO, make_env
+from udfs.flink.runtime import ROW_KEY_VALUE, KafkaIO, make_env
+from udfs.relay.operator import DEAD_LETTERS, RelayFunction
 
 
 def main(argv: Sequence[str] | None = None) -> None:

@@ -165,7 +165,7 @@ def _hcl2_cache_outside_venv() -> None:
         import hcl2.parser
     except ImportError:
         return
-    from crawler.deps import cache_dir
+    from crawler.stack.deps import cache_dir
 
     if hasattr(hcl2.parser, "PARSER_FILE"):
         cache_dir().mkdir(parents=True, exist_ok=True)

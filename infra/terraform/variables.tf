@@ -201,7 +201,7 @@ variable "politeness" {
 }
 
 variable "crawl_settings" {
-  description = "More crawl configuration, dotted keys of udfs/crawler-default.yaml to values (e.g. \"fetch.total_timeout_s\" = 60); each job checks them at start and fails naming an unknown key."
+  description = "More crawl configuration, dotted keys of udfs/config/crawler-default.yaml to values (e.g. \"fetch.total_timeout_s\" = 60); each job checks them at start and fails naming an unknown key."
   # `any`, not map(any): a map would turn mixed values into strings, and the jobs
   # refuse "60" where they expect a number.
   type    = any

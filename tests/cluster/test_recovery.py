@@ -4,7 +4,7 @@ running the fetcher; a savepoint upgrade of the frontier to another build whose 
 state has added fields; a rescale of the frontier from 1 to 2 — the procedures
 `crawl upgrade --build` / `crawl rescale` run — while the fetcher crashes after the
 response for some URLs (before their completion is written) and loses the completion
-of others (udfs/faults.py).
+of others (udfs/fetcher/faults.py).
 
 Afterwards: every reachable allowed page indexed; no (url_id, url_version) indexed
 twice; 0 politeness violations across the disruptions; each host's lease numbers
@@ -38,19 +38,19 @@ from datetime import datetime
 from pathlib import Path
 
 import pytest
+from udfs.storage.warc_writer import recovering_writer
 
-from crawler.cluster import Cluster
 from crawler.control import send_command
-from crawler.local import LocalStack
 from crawler.run import Watcher, publish_seeds, synthetic_overrides
-from crawler.synthetic_web import SyntheticWeb, build_sites
+from crawler.stack.cluster import Cluster
+from crawler.stack.local import LocalStack
+from crawler.testkit.synthetic_web import SyntheticWeb, build_sites
 from crawler.warc_tool import verify
 from udfs.config import TOPIC_KEYS, load_config
 from udfs.core.partitioning import host_subtask
-from udfs.faults import injected
-from udfs.storage import open_store
-from udfs.warc import read_record, sha256_b32
-from udfs.warc_writer import recovering_writer
+from udfs.fetcher.faults import injected
+from udfs.storage.bodies import open_store
+from udfs.storage.warc import read_record, sha256_b32
 
 MIN_GAP_S = 0.2
 LEASE_TIMEOUT_S = 20

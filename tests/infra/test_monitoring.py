@@ -18,7 +18,7 @@ import pytest
 import yaml
 
 from udfs.core.selfcheck import BREACHES, OUTCOME_CLASSES
-from udfs.frontier_metrics import LAG_BUCKETS_S
+from udfs.frontier.metrics import LAG_BUCKETS_S
 
 ROOT = Path(__file__).resolve().parents[2]
 MON = ROOT / "infra" / "monitoring"

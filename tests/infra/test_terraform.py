@@ -334,7 +334,7 @@ def test_job_arguments_point_at_the_real_job_files_in_the_image(rendered):
     assert "thread_mode=True" in (ROOT / "jobs/frontier.py").read_text()
     assert "thread_mode=True" not in (ROOT / "jobs/fetcher.py").read_text()
     # ... and the ones `crawl upgrade` restarts TaskManagers for on a session cluster.
-    from crawler.cluster import THREAD_MODE_JOBS
+    from crawler.stack.cluster import THREAD_MODE_JOBS
 
     assert THREAD_MODE_JOBS == {job for job, mode in modes.items() if mode == "thread"}
 

@@ -6,7 +6,7 @@ import uuid
 
 import pytest
 
-from crawler.local import LocalStack
+from crawler.stack.local import LocalStack
 from udfs.config import Config, load_config
 
 

@@ -11,14 +11,14 @@ import uuid
 
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.admin import NewTopic
+from udfs.storage.objectstore import s3_client
 
 from crawler.cli import main as crawl
 from crawler.run import JobProcess
 from tests.integration.test_frontier_job import REG, completion_for
 from udfs.core.audit import PREFIX, decode_records, dedupe
 from udfs.core.urls import split_host_key
-from udfs.objectstore import s3_client
-from udfs.storage import S3Store
+from udfs.storage.bodies import S3Store
 
 
 class BoundedJob(JobProcess):

@@ -8,10 +8,10 @@ import time
 from kafka import KafkaConsumer, KafkaProducer
 
 from crawler.run import JobProcess
-from crawler.synthetic_web import SyntheticWeb, build_sites
+from crawler.testkit.synthetic_web import SyntheticWeb, build_sites
 from tests.integration.conftest import free_port, metric, wait_for_metric
-from udfs.avro import registry
 from udfs.core.fingerprints import url_id
+from udfs.wire.avro import registry
 
 REG = registry()
 

@@ -11,7 +11,7 @@ from kafka import KafkaConsumer, KafkaProducer
 
 from crawler.run import JobProcess
 from tests.integration.conftest import free_port, metric, wait_for_metric
-from udfs.avro import load_examples, registry
+from udfs.wire.avro import load_examples, registry
 
 REG = registry()
 HOSTS = ["http://a.test", "http://b.test", "http://c.test"]

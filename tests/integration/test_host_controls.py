@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from crawler.synthetic_web import load_log
+from crawler.testkit.synthetic_web import load_log
 from tests.integration.conftest import free_port
 
 pytestmark = pytest.mark.integration

@@ -10,7 +10,7 @@ from kafka import KafkaProducer
 
 from crawler.run import JobProcess
 from crawler.status import get_json
-from crawler.synthetic_web import HOSTILE_PAGES, SyntheticWeb, build_sites
+from crawler.testkit.synthetic_web import HOSTILE_PAGES, SyntheticWeb, build_sites
 from tests.integration.conftest import free_port, metric, wait_for_metric
 from tests.integration.test_fetcher_job import REG, _lease, _read, fetcher_overrides
 

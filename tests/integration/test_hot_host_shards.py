@@ -13,7 +13,7 @@ from kafka import KafkaConsumer, KafkaProducer
 from crawler.run import JobProcess
 from tests.integration.conftest import free_port, metric, wait_for_metric
 from tests.integration.test_frontier_job import Topic, completion_for
-from udfs.avro import registry
+from udfs.wire.avro import registry
 
 REG = registry()
 HOST = "http://hot.test"

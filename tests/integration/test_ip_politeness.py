@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from crawler.oracle import address_violations
-from crawler.synthetic_web import load_log
+from crawler.testkit.oracle import address_violations
+from crawler.testkit.synthetic_web import load_log
 from tests.integration.conftest import free_port
 
 pytestmark = pytest.mark.integration

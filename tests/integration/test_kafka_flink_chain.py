@@ -12,7 +12,7 @@ import time
 
 from kafka import KafkaConsumer, KafkaProducer
 
-from udfs.avro import MAGIC, load_examples, registry
+from udfs.wire.avro import MAGIC, load_examples, registry
 
 REG = registry()
 
@@ -80,7 +80,7 @@ def test_relay_job_moves_avro_records_and_dead_letters_bad_ones(cfg, fresh_topic
 PASS_THROUGH = """
 import sys
 from udfs.config import load_config
-from udfs.runtime import BYTES, kafka_sink, kafka_source_stream, make_env
+from udfs.flink.runtime import BYTES, kafka_sink, kafka_source_stream, make_env
 source, target = sys.argv[1], sys.argv[2]
 cfg = load_config(env={}, overrides=["flink.restart_strategy=none",
                                      "flink.checkpoint_interval_ms=500"])

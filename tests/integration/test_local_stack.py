@@ -9,7 +9,7 @@ import psutil
 from kafka.admin import ConfigResource, ConfigResourceType, KafkaAdminClient
 
 from crawler.cli import main
-from crawler.local import topic_partitions
+from crawler.stack.local import topic_partitions
 
 OFFSET = 500  # every port of the main stack + 500, so both can run at once
 PORTS = {

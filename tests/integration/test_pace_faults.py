@@ -19,7 +19,7 @@ import pytest
 from kafka import KafkaConsumer, KafkaProducer
 
 from crawler.run import JobProcess, Watcher, publish_seeds, synthetic_overrides
-from crawler.synthetic_web import SyntheticWeb, build_sites
+from crawler.testkit.synthetic_web import SyntheticWeb, build_sites
 from udfs.config import TOPIC_KEYS, load_config
 
 MIN_GAP_S = 0.3
@@ -149,7 +149,7 @@ def test_duplicated_records_and_restores_from_older_checkpoints_keep_politeness(
     moves = KafkaConsumer(topic["shards"], bootstrap_servers=cfg["kafka.bootstrap_servers"],
                           auto_offset_reset="earliest", isolation_level="read_committed",
                           consumer_timeout_ms=2000)
-    from udfs.avro import registry
+    from udfs.wire.avro import registry
 
     kinds = [registry().decode("shard_transfer", m.value)["kind"] for m in moves]
     moves.close()

@@ -12,7 +12,7 @@ import textwrap
 from kafka import KafkaProducer
 
 from crawler.run import JobProcess
-from crawler.synthetic_web import SyntheticWeb, build_sites
+from crawler.testkit.synthetic_web import SyntheticWeb, build_sites
 from tests.integration.conftest import free_port, metric, wait_for_metric
 from tests.integration.test_fetcher_job import REG, _lease, _read, fetcher_overrides
 

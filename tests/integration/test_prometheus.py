@@ -20,12 +20,12 @@ import yaml
 from kafka import KafkaConsumer
 
 from crawler.run import JobProcess, publish_seeds, synthetic_overrides
-from crawler.synthetic_web import Site, SyntheticWeb
+from crawler.testkit.synthetic_web import Site, SyntheticWeb
 from tests.integration.conftest import free_port
-from udfs.avro import registry
 from udfs.config import TOPIC_KEYS, load_config
 from udfs.core.selfcheck import OUTCOME_CLASSES, outcome_class
-from udfs.fetch_pipeline import PARSE_BUCKETS_S
+from udfs.fetcher.pipeline import PARSE_BUCKETS_S
+from udfs.wire.avro import registry
 
 PROMETHEUS = Path("/usr/bin/prometheus")
 REG = registry()

@@ -8,8 +8,7 @@ import uuid
 
 import pytest
 from botocore.exceptions import ClientError
-
-from udfs.objectstore import s3_client
+from udfs.storage.objectstore import s3_client
 
 
 def test_put_get_list_delete(cfg):

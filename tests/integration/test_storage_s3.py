@@ -6,8 +6,9 @@ from __future__ import annotations
 import os
 import uuid
 
-from udfs.objectstore import s3_client
-from udfs.storage import S3Store
+from udfs.storage.objectstore import s3_client
+
+from udfs.storage.bodies import S3Store
 
 
 def test_s3_store_put_get_and_reuse(cfg):

@@ -12,7 +12,7 @@ from kafka import KafkaProducer
 from crawler.run import JobProcess
 from tests.integration.conftest import free_port, metric, wait_for_metric
 from tests.integration.test_frontier_job import Topic, completion_for
-from udfs.avro import registry
+from udfs.wire.avro import registry
 
 REG = registry()
 

@@ -10,10 +10,10 @@ from kafka import KafkaAdminClient, KafkaProducer, TopicPartition
 from crawler import warc_tool
 from crawler.cli import main
 from crawler.run import JobProcess
-from crawler.synthetic_web import SyntheticWeb, build_sites
+from crawler.testkit.synthetic_web import SyntheticWeb, build_sites
 from tests.integration.test_fetcher_job import REG, _lease, _read
-from udfs.storage import LocalStore
-from udfs.warc import read_record, sha256_b32
+from udfs.storage.bodies import LocalStore
+from udfs.storage.warc import read_record, sha256_b32
 
 
 def fetcher_settings(web: SyntheticWeb, leases: str, comps: str, disc: str, dlq: str,

@@ -22,13 +22,13 @@ from kafka.admin import NewTopic
 
 from crawler.cli import main as crawl
 from crawler.run import JobProcess, publish_seeds, synthetic_overrides
-from crawler.synthetic_web import Site, SyntheticWeb
+from crawler.testkit.synthetic_web import Site, SyntheticWeb
 from tests.integration.conftest import free_port
-from udfs.avro import registry
 from udfs.config import TOPIC_KEYS, load_config
 from udfs.core.parse import parse_html
-from udfs.storage import open_store
-from udfs.warc import parse_cdxj, sha256_b32
+from udfs.storage.bodies import open_store
+from udfs.storage.warc import parse_cdxj, sha256_b32
+from udfs.wire.avro import registry
 
 REG = registry()
 
@@ -51,7 +51,7 @@ def crawled(cfg, tmp_path_factory):
     web.start()
     suffix = uuid.uuid4().hex[:8]
     topics = {k: f"test.loc-{k}.{suffix}" for k in TOPIC_KEYS}
-    from crawler.local import LocalStack
+    from crawler.stack.local import LocalStack
 
     admin = LocalStack(cfg).admin()
     admin.create_topics([NewTopic(t, 1, 1) for t in topics.values()])

@@ -2,7 +2,7 @@
 
 import pytest
 
-from crawler.synthetic_web import SyntheticWeb, build_sites
+from crawler.testkit.synthetic_web import SyntheticWeb, build_sites
 
 
 @pytest.fixture(scope="module")

@@ -13,7 +13,6 @@ import random
 import pytest
 from pyflink.common import Row
 
-from udfs.avro import load_examples, registry
 from udfs.config import load_config
 from udfs.core.audit import (
     FIELDS,
@@ -28,7 +27,8 @@ from udfs.core.audit import (
     history,
     object_name,
 )
-from udfs.storage import LocalStore
+from udfs.storage.bodies import LocalStore
+from udfs.wire.avro import load_examples, registry
 
 REG = registry()
 EXAMPLES = load_examples(REG.latest("completion"))
@@ -151,7 +151,7 @@ class Task:
     processing-time timers on a virtual clock, one key per Kafka partition."""
 
     def __init__(self, cfg, store_dir, state=None, timers=None):
-        from udfs.audit_operator import AuditWriter, partition_key
+        from udfs.frontier.audit import AuditWriter, partition_key
 
         self.partition_key = partition_key
         self.state = state if state is not None else {"map": {}, "value": {}}

@@ -3,7 +3,8 @@ import shutil
 
 import pytest
 
-from udfs.avro import (
+from udfs.config import TOPIC_KEYS
+from udfs.wire.avro import (
     MAGIC,
     STATE_SCHEMAS,
     TOPIC_SCHEMAS,
@@ -17,8 +18,7 @@ from udfs.avro import (
     load_examples,
     registry,
 )
-from udfs.config import TOPIC_KEYS
-from udfs.deadletter import upgrade_record
+from udfs.wire.deadletter import upgrade_record
 
 REG = registry()
 ALL_VERSIONS = [sv for name in REG.names() for sv in REG.versions(name)]

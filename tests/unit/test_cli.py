@@ -5,7 +5,7 @@ import pytest
 import yaml
 
 from crawler.cli import build_parser, main
-from crawler.local import LocalStack, ServiceStatus, StackError, _loopback_host_port
+from crawler.stack.local import LocalStack, ServiceStatus, StackError, _loopback_host_port
 from udfs.config import load_config
 
 COMMANDS = ["local", "deps", "topics", "config", "schemas", "plan", "simulate", "seed",
@@ -118,8 +118,8 @@ class _RunningStack:
 
 
 def test_run_gives_the_jobs_the_config_files_and_the_overrides(tmp_path, monkeypatch):
-    import crawler.local
     import crawler.run
+    import crawler.stack.local
 
     monkeypatch.chdir(tmp_path)
     (tmp_path / "mine.yaml").write_text("fetch:\n  bundle_size: 50\n")
@@ -129,8 +129,8 @@ def test_run_gives_the_jobs_the_config_files_and_the_overrides(tmp_path, monkeyp
     def interrupt(*a, **kw):  # the crawl ends as soon as the jobs are started
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(crawler.local, "LocalStack", _RunningStack)
-    monkeypatch.setattr(crawler.local, "ensure_topics", lambda cfg: [])
+    monkeypatch.setattr(crawler.stack.local, "LocalStack", _RunningStack)
+    monkeypatch.setattr(crawler.stack.local, "ensure_topics", lambda cfg: [])
     monkeypatch.setattr(crawler.run.JobProcess, "start",
                         lambda job: commands.append(job.command()))
     monkeypatch.setattr(crawler.run, "publish_seeds", interrupt)
@@ -235,7 +235,7 @@ def producer(monkeypatch):
 
 def test_publish_seeds_sends_sitemaps_as_seed_sitemap_one_record_per_host(producer):
     from crawler.run import publish_seeds
-    from udfs.avro import registry
+    from udfs.wire.avro import registry
 
     cfg = load_config(env={})
     sent, bad = publish_seeds(cfg, ["https://a.example/sitemap.xml", "ftp://x.example/",
@@ -265,7 +265,7 @@ def test_publish_seeds_connects_only_with_something_to_send(monkeypatch):
 
 
 def test_crawl_seed_sends_pages_and_sitemaps(producer, tmp_path, capsys, monkeypatch):
-    from udfs.avro import registry
+    from udfs.wire.avro import registry
 
     monkeypatch.delenv("CRAWL_CONFIG", raising=False)
     (tmp_path / "urls.txt").write_text("# pages\nhttps://c.example/\nnot-a-url\n")
@@ -297,8 +297,8 @@ def test_watcher_counts_dead_letters_by_error_type(monkeypatch):
     import kafka
 
     from crawler.run import Watcher
-    from udfs.avro import load_examples, registry
-    from udfs.deadletter import dead_letter
+    from udfs.wire.avro import load_examples, registry
+    from udfs.wire.deadletter import dead_letter
 
     reg = registry()
     cfg = load_config(env={})

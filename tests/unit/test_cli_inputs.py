@@ -12,26 +12,28 @@ import kafka
 import kafka.admin
 import pytest
 
-import crawler.cluster
-import crawler.deps
-import crawler.local
 import crawler.run
-import crawler.simulate
-import crawler.synthetic_web
-import udfs.avro
+import crawler.stack.cluster
+import crawler.stack.deps
+import crawler.stack.local
+import crawler.testkit.simulate
+import crawler.testkit.synthetic_web
 import udfs.core.capacity
-import udfs.storage
+import udfs.storage.bodies
+import udfs.wire.avro
 from crawler.cli import build_parser, main
 
 # What a command may start, by module attribute.
 STARTERS = [
-    (crawler.local, "LocalStack"), (crawler.local, "ensure_topics"),
-    (crawler.local, "ensure_bucket"), (crawler.cluster, "Cluster"),
-    (crawler.deps, "ensure_kafka"), (crawler.deps, "ensure_connector"),
+    (crawler.stack.local, "LocalStack"), (crawler.stack.local, "ensure_topics"),
+    (crawler.stack.local, "ensure_bucket"), (crawler.stack.cluster, "Cluster"),
+    (crawler.stack.deps, "ensure_kafka"), (crawler.stack.deps, "ensure_connector"),
     (kafka, "KafkaProducer"), (kafka, "KafkaConsumer"), (kafka.admin, "KafkaAdminClient"),
-    (subprocess, "Popen"), (subprocess, "run"), (crawler.synthetic_web, "SyntheticWeb"),
-    (crawler.run, "run"), (crawler.run, "publish_seeds"), (crawler.simulate, "main_line"),
-    (udfs.core.capacity, "plan"), (udfs.avro, "check_registry"), (udfs.storage, "open_store"),
+    (subprocess, "Popen"), (subprocess, "run"),
+    (crawler.testkit.synthetic_web, "SyntheticWeb"), (crawler.run, "run"),
+    (crawler.run, "publish_seeds"), (crawler.testkit.simulate, "main_line"),
+    (udfs.core.capacity, "plan"), (udfs.wire.avro, "check_registry"),
+    (udfs.storage.bodies, "open_store"),
 ]
 
 
@@ -210,7 +212,7 @@ def test_good_inputs_pass_the_checks_and_reach_the_tripwire(files, started):
     with pytest.raises(AssertionError, match="publish_seeds"):
         main(["seed", "--file", str(files / "seeds.txt"), "--sitemap",
               "https://example.com/sitemap.xml"])
-    with pytest.raises(AssertionError, match="crawler.cluster.Cluster"):
+    with pytest.raises(AssertionError, match="crawler.stack.cluster.Cluster"):
         main(["rescale", "frontier", "2"])
     with pytest.raises(AssertionError, match="main_line"):
         main(["simulate", "--hosts", "1", "--fetches", "1", "--faults", "none"])
@@ -219,5 +221,5 @@ def test_good_inputs_pass_the_checks_and_reach_the_tripwire(files, started):
     with pytest.raises(AssertionError, match="open_store"):
         main(["warc", "get", "https://example.com/", "--raw"])
     assert started == ["crawler.run.run", "crawler.run.publish_seeds",
-                       "crawler.cluster.Cluster", "crawler.simulate.main_line",
-                       "udfs.storage.open_store", "udfs.storage.open_store"]
+                       "crawler.stack.cluster.Cluster", "crawler.testkit.simulate.main_line",
+                       "udfs.storage.bodies.open_store", "udfs.storage.bodies.open_store"]

@@ -1,4 +1,4 @@
-"""Every key of udfs/crawler-default.yaml does what its comment says, in the code that
+"""Every key of udfs/config/crawler-default.yaml does what its comment says, in the code that
 consumes it as the jobs and tools build it ("a key nothing reads is removed").
 
 EFFECTS maps each key (topics.*.<field> for the five streams) to a probe: a function of
@@ -9,7 +9,7 @@ a Config that runs the real consumer and returns what it observed —
   in order, answers fed back as completions; its `AuditWriter` the same way;
 * the fetcher job's `FetchFunction` (from jobs/fetcher.py) against an HTTP server, a DNS
   server and a never-accepting socket, all on 127.0.0.1;
-* both jobs' `main()` with the Flink configuration `udfs.runtime.make_env` really builds
+* both jobs' `main()` with the Flink configuration `udfs.flink.runtime.make_env` really builds
   (a local JVM gateway, started once per module) and the Kafka tables `KafkaIO` declares
   (the table environment records the SQL; nothing runs);
 * the local stack's and the session cluster's command lines and generated files, the
@@ -339,7 +339,7 @@ def run_job(name: str, cfg: Config, world: World, *, real_env: bool = False) -> 
         return _TRACES[memo]
     from pyflink.table import StreamTableEnvironment
 
-    import udfs.runtime
+    import udfs.flink.runtime
 
     module = importlib.import_module(f"jobs.{name}")
     trace = JobTrace()
@@ -347,7 +347,7 @@ def run_job(name: str, cfg: Config, world: World, *, real_env: bool = False) -> 
     def make_env(c, **kwargs):
         trace.make_env = kwargs
         if real_env:
-            env = udfs.runtime.make_env(c, **kwargs)
+            env = udfs.flink.runtime.make_env(c, **kwargs)
             conf = env._j_stream_execution_environment.getConfiguration()
             trace.flink = {k: v for k, v in dict(conf.toMap()).items() if k not in _VOLATILE}
             trace.parallelism = env.get_parallelism()
@@ -554,8 +554,8 @@ class FrontierJob:
     def __init__(self, cfg: Config, world: World, respond=answer_ok, robots=None,
                  parallelism: int = 1, lookahead: bool = False,
                  duplicates: frozenset[str] = frozenset()) -> None:
-        from udfs.avro import registry
-        from udfs.frontier_operator import FrontierFunction, Intake
+        from udfs.frontier.operator import FrontierFunction, Intake
+        from udfs.wire.avro import registry
 
         # The frontier's own schedule, one lease at a time (no look-ahead), so that a
         # lease's grant is its use: the politeness keys' probes read request times off
@@ -590,7 +590,7 @@ class FrontierJob:
     @contextlib.contextmanager
     def clock(self) -> Iterator[FrontierJob]:
         """The operator's wall clock is the virtual one (the crawl clock is never behind it)."""
-        import udfs.frontier_operator as op
+        import udfs.frontier.operator as op
 
         with pytest.MonkeyPatch.context() as mp:
             mp.setattr(op, "_now", lambda: self.now)
@@ -608,7 +608,7 @@ class FrontierJob:
     def _send(self, stream: str, key: bytes, value: bytes) -> None:
         from pyflink.common import Row
 
-        from udfs.frontier_operator import DEAD_LETTERS
+        from udfs.frontier.operator import DEAD_LETTERS
 
         self._seq += 1
         for out in self.intake.process_element(
@@ -621,7 +621,7 @@ class FrontierJob:
             self._collect(self.fn.process_element(out, self.ctx))
 
     def _collect(self, outputs) -> None:
-        from udfs.frontier_operator import DISCOVERED, INDEX, SHARDS
+        from udfs.frontier.operator import DISCOVERED, INDEX, SHARDS
 
         moves: list[tuple[bytes, bytes]] = []  # delivered once this element is done
         for out in outputs:
@@ -733,8 +733,8 @@ class FetcherJob:
     An S3 store's requests are answered by a recorder: nothing is sent."""
 
     def __init__(self, cfg: Config, world: World, attempt: int = 0) -> None:
-        from udfs.avro import registry
-        from udfs.fetcher_operator import FetchFunction
+        from udfs.fetcher.operator import FetchFunction
+        from udfs.wire.avro import registry
 
         self.trace = run_job("fetcher", cfg, world)
         self.fn = self.trace.function(FetchFunction)
@@ -839,8 +839,8 @@ class AuditJob:
     a recorder: nothing is sent."""
 
     def __init__(self, cfg: Config, world: World) -> None:
-        from udfs.audit_operator import AuditWriter
-        from udfs.avro import registry
+        from udfs.frontier.audit import AuditWriter
+        from udfs.wire.avro import registry
 
         self.fn = run_job("frontier", cfg, world).function(AuditWriter)
         self.reg = registry()
@@ -865,7 +865,7 @@ class AuditJob:
     def send(self, url: str) -> None:
         from pyflink.common import Row
 
-        from udfs.avro import load_examples
+        from udfs.wire.avro import load_examples
 
         rec = {**load_examples(self.reg.latest("completion"))[0], "url": url,
                "fetched_at_ms": self.now_ms}
@@ -1261,7 +1261,7 @@ def p_dns_servers(cfg, w):
 def p_crash(cfg, w):
     """Does the fetcher task fail after a page's response (an injected crash)?"""
     _clear(cfg["faults.marker_dir"])
-    from udfs.faults import InjectedCrash
+    from udfs.fetcher.faults import InjectedCrash
 
     try:
         return fetch_once(cfg, w, w.url("/page")).outcome
@@ -1490,8 +1490,9 @@ def p_s3_service(cfg, w):
 
 def p_bucket(cfg, w):
     """The bucket the store writes to, and the one `crawl local up` creates."""
-    import crawler.local as local
-    from udfs.objectstore import s3_client
+    from udfs.storage.objectstore import s3_client
+
+    import crawler.stack.local as local
 
     made: list = []
 
@@ -1508,7 +1509,7 @@ def p_bucket(cfg, w):
 
 def local_stack(cfg: Config, world: World) -> dict[str, Any]:
     """The local stack's command lines and the broker's server.properties (nothing starts)."""
-    import crawler.local as local
+    import crawler.stack.local as local
 
     with pytest.MonkeyPatch.context() as mp:
         mp.chdir(world.cwd)
@@ -1539,7 +1540,7 @@ def p_s3_service_cmd(cfg, w):
 
 
 def cluster_conf(cfg: Config, world: World) -> dict[str, Any]:
-    from crawler.cluster import Cluster
+    from crawler.stack.cluster import Cluster
 
     with pytest.MonkeyPatch.context() as mp:
         mp.chdir(world.cwd)
@@ -1559,7 +1560,7 @@ def p_cluster(cfg, w):
 def cli_up(cfg: Config, world: World) -> list[tuple[str, float]]:
     """`crawl local up` and `crawl cluster up`: (service, ready timeout) of each start."""
     import crawler.cli as cli
-    import crawler.local as local
+    import crawler.stack.local as local
 
     started: list[tuple[str, float]] = []
 
@@ -1630,8 +1631,8 @@ def kafka_tools(cfg: Config) -> tuple[_Admin, _Producer]:
     import kafka
     import kafka.admin
 
-    from crawler.local import ensure_topics
     from crawler.run import publish_seeds
+    from crawler.stack.local import ensure_topics
 
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(kafka.admin, "KafkaAdminClient", _Admin)
@@ -2236,10 +2237,10 @@ KEYS = leaf_keys(load_defaults())
 def test_the_table_covers_exactly_the_keys_of_the_defaults_file():
     missing = [k for k in KEYS if effect_for(k) is None]
     stale = [p for p in EFFECTS if not any(_matches(p, k) for k in KEYS)]
-    assert not missing, (f"keys of udfs/crawler-default.yaml without a probe in EFFECTS: "
+    assert not missing, (f"keys of udfs/config/crawler-default.yaml without a probe in EFFECTS: "
                          f"{missing}; add one that shows what changing the key changes")
     assert not stale, (f"probes in EFFECTS for keys that are not in "
-                       f"udfs/crawler-default.yaml (any more): {stale}; remove them")
+                       f"udfs/config/crawler-default.yaml (any more): {stale}; remove them")
 
 
 _RESULTS: dict[tuple[Any, str], Any] = {}
@@ -2270,7 +2271,7 @@ def test_changing_the_key_changes_what_its_consumer_does(key, world):
     assert before != after, (
         f"{key}: changing it from {default[key]!r} to {value!r} changes nothing the code "
         f"does. Observed ({what}): {_render(before)} both times. Either wire the key to "
-        f"what its comment in udfs/crawler-default.yaml promises, or remove it.")
+        f"what its comment in udfs/config/crawler-default.yaml promises, or remove it.")
     if effect.expect is not None:
         ok = effect.expect(before, after, Change(key, default[key], changed[key]))
         assert ok, (

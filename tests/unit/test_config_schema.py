@@ -1,4 +1,4 @@
-"""The typed schema (udfs/config_schema.py) against the defaults file, both ways, and
+"""The typed schema (udfs/config/schema.py) against the defaults file, both ways, and
 the one-line messages and typed values it gives for files, CRAWL__ variables and --set."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from pydantic import BaseModel
 from crawler.cli import main
 from udfs import settings
 from udfs.config import ConfigError, load_config, load_defaults
-from udfs.config_schema import Settings
+from udfs.config.schema import Settings
 from udfs.core.fetching import FetchLimits
 from udfs.core.frontier import FrontierConfig
 from udfs.core.parse import ParseLimits
@@ -172,14 +172,14 @@ def test_a_bad_typed_value_on_the_command_line_is_one_line_and_exit_2(capsys):
 
 def test_the_core_imports_nothing_from_flink_the_cli_or_configuration_loading():
     """udfs/core/ is pure rules: the policies are built from the configuration in
-    udfs/settings.py, on the shell side. (yaml is allowed: capacity.py reads its own
+    udfs/config/policies.py, on the shell side. (yaml is allowed: capacity.py reads its own
     assumptions file, not the configuration.)"""
     import ast
     from pathlib import Path
 
     core = Path(__file__).resolve().parents[2] / "udfs" / "core"
-    banned = ("pyflink", "crawler", "pydantic", "udfs.config", "udfs.config_schema",
-              "udfs.config_rules", "udfs.settings")
+    banned = ("pyflink", "crawler", "pydantic", "udfs.config", "udfs.config.schema",
+              "udfs.config.rules", "udfs.config.policies")
     for path in sorted(core.rglob("*.py")):
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             names = [a.name for a in node.names] if isinstance(node, ast.Import) else \

@@ -15,9 +15,9 @@ from crawler.cli import main as crawl
 from crawler.control import host_key_of, render_host, render_url
 from crawler.runs import RunNotFound, find_run, forget_run, live_runs, record_run
 from udfs.config import ConfigError, host_policy_settings, load_defaults
+from udfs.config.policies import host_policy
 from udfs.core.control import Command, HostCommand, apply_command, describe_url
 from udfs.core.frontier import HostFrontier, Kind, Outcome, UrlStatus
-from udfs.settings import host_policy
 
 from .test_frontier import CFG, LOOKAHEAD, H, host, ok, with_robots
 

@@ -1,4 +1,4 @@
-"""Fault injection (udfs/faults.py) and the fetcher's replay guard."""
+"""Fault injection (udfs/fetcher/faults.py) and the fetcher's replay guard."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import time
 import pytest
 
 from udfs.config import load_config
-from udfs.faults import FaultInjector, InjectedCrash, injected
-from udfs.settings import fault_injector
+from udfs.config.policies import fault_injector
+from udfs.fetcher.faults import FaultInjector, InjectedCrash, injected
 
 
 def faults(tmp_path, **kw) -> FaultInjector | None:

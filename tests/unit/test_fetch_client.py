@@ -14,8 +14,8 @@ import pytest
 from udfs.core.addresses import AddressPolicy
 from udfs.core.fetching import DnsCache, FetchLimits
 from udfs.core.frontier import Kind, Outcome
-from udfs.fetch_client import GuardedResolver, fetch, make_session
-from udfs.ttl_resolver import DnsAnswer, DnsLookupError
+from udfs.fetcher.client import GuardedResolver, fetch, make_session
+from udfs.fetcher.dns import DnsAnswer, DnsLookupError
 
 UA = "FlinkCrawler"
 LIMITS = replace(FetchLimits(), read_timeout_s=1.0, total_timeout_s=5.0,

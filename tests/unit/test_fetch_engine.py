@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from udfs.fetch_engine import FetchEngine
+from udfs.fetcher.engine import FetchEngine
 
 
 def test_results_come_back_by_drain_and_room_is_bounded():

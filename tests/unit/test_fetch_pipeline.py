@@ -6,13 +6,13 @@ from __future__ import annotations
 import asyncio
 from dataclasses import replace
 
-from udfs.avro import registry
 from udfs.core.addresses import AddressPolicy
 from udfs.core.fetching import DnsCache, FetchLimits
 from udfs.core.fingerprints import url_id
-from udfs.fetch_client import make_session
-from udfs.fetch_pipeline import FetchContext, process_lease
-from udfs.storage import LocalStore
+from udfs.fetcher.client import make_session
+from udfs.fetcher.pipeline import FetchContext, process_lease
+from udfs.storage.bodies import LocalStore
+from udfs.wire.avro import registry
 
 LIMITS = replace(FetchLimits(), read_timeout_s=1.0, total_timeout_s=5.0)
 REG = registry()

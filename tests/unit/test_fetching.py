@@ -6,10 +6,10 @@ from __future__ import annotations
 import pytest
 
 from udfs.config import ConfigError, load_config, load_defaults
+from udfs.config.policies import fetch_limits, frontier_config
 from udfs.core.addresses import AddressPolicy
 from udfs.core.fetching import DnsCache, FetchLimits, classify, request_headers
 from udfs.core.frontier import Kind, Outcome
-from udfs.settings import fetch_limits, frontier_config
 
 LIMITS = fetch_limits(load_defaults())
 

@@ -8,8 +8,15 @@ from email.utils import format_datetime
 
 import pytest
 
-from crawler.many_hosts import Frontier
+from crawler.testkit.many_hosts import Frontier
 from udfs.config import load_defaults
+from udfs.config.policies import (
+    frontier_config,
+    host_policy,
+    recrawl_policy,
+    robots_policy,
+    trap_policy,
+)
 from udfs.core.frontier import (
     Acceptance,
     FetchResult,
@@ -23,13 +30,6 @@ from udfs.core.politeness import HostPolicy
 from udfs.core.recrawl import Change, RecrawlPolicy
 from udfs.core.robots_state import RobotsPolicy
 from udfs.core.traps import DAY_S, TrapPolicy
-from udfs.settings import (
-    frontier_config,
-    host_policy,
-    recrawl_policy,
-    robots_policy,
-    trap_policy,
-)
 
 DEFAULTS = load_defaults()
 # The host rules one lease at a time (no look-ahead); the look-ahead tests use LOOKAHEAD.
@@ -42,7 +42,7 @@ ROBOTS = "User-agent: *\nDisallow: /private/\n"
 
 def test_policy_dataclass_defaults_match_the_defaults_file():
     # The defaults file is the one source; the dataclasses' own defaults must not drift.
-    # (tests/unit/test_config_schema.py checks every policy built in udfs/settings.py.)
+    # (tests/unit/test_config_schema.py checks every policy built in udfs/config/policies.py.)
     for cls, build in ((HostPolicy, host_policy), (RobotsPolicy, robots_policy),
                        (RecrawlPolicy, recrawl_policy), (TrapPolicy, trap_policy)):
         assert cls() == build(DEFAULTS), cls.__name__

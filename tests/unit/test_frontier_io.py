@@ -4,12 +4,18 @@ from __future__ import annotations
 
 import pytest
 
-from udfs.avro import load_examples, registry
 from udfs.config import load_config
 from udfs.core.addresses import AddressPolicy
 from udfs.core.frontier import FrontierConfig, HostFrontier, Kind, Outcome
 from udfs.core.urls import UrlPolicy
-from udfs.frontier_io import discovered_records, fetch_result, index_event, intake, lease_record
+from udfs.frontier.pipeline import (
+    discovered_records,
+    fetch_result,
+    index_event,
+    intake,
+    lease_record,
+)
+from udfs.wire.avro import load_examples, registry
 
 REG = registry()
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from crawler.oracle import Request, address_violations
+from crawler.testkit.oracle import Request, address_violations
 from udfs.core.backqueue import BackQueues, LeaseTiming
 from udfs.core.ipgate import IpGate, IpPolicy
 from udfs.core.politeness import Pace

@@ -9,7 +9,7 @@ import pytest
 
 from udfs.config import load_config
 from udfs.core.selfcheck import BREACHES, OUTCOME_CLASSES, PolitenessSelfCheck, outcome_class
-from udfs.fetch_pipeline import PARSE_BUCKETS_S, PageStats
+from udfs.fetcher.pipeline import PARSE_BUCKETS_S, PageStats
 
 from .test_config_keys import (  # noqa: F401  (world: the fixture)
     LOOPBACK_NETS,

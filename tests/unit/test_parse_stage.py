@@ -12,7 +12,7 @@ import psutil
 import pytest
 
 from udfs.core.parse import LimitKind, ParseLimits, limit_error, parse_deadline
-from udfs.parse_stage import ParseStage
+from udfs.parser.stage import ParseStage
 
 # 250 nested <div>s and then 200,000 text nodes: lxml parses it at once, but the text
 # extraction's ancestor test walks 250 levels per node (seconds of CPU; measured 8.6 s).
@@ -35,7 +35,7 @@ def test_the_deadline_ends_a_parse_at_its_cpu_limit_or_its_wall_cap():
 
 def test_limits_come_from_the_parse_section():
     from udfs.config import load_config
-    from udfs.settings import parse_limits
+    from udfs.config.policies import parse_limits
 
     cfg = load_config(env={}, overrides=[
         "parse.workers=3", "parse.cpu_limit_s=1.5", "parse.memory_limit_mb=256",
@@ -241,7 +241,7 @@ def test_a_parser_whose_filters_do_not_load_says_why(stages):
 HOLDER = """
 import asyncio, sys, time
 from udfs.core.parse import ParseLimits
-from udfs.parse_stage import ParseStage
+from udfs.parser.stage import ParseStage
 from tests.unit.test_parse_stage import SLOW_PAGE
 
 async def main():
@@ -290,7 +290,7 @@ def test_a_parser_dies_with_its_task_even_inside_a_long_parse(tmp_path):
 
 
 def test_a_parsers_cpu_time_is_its_user_plus_system_time_and_zero_once_gone():
-    from udfs.parse_stage import _Parser
+    from udfs.parser.stage import _Parser
 
     parser = _Parser(ParseLimits(), "test-agent", (), 0.0)
     ticks = os.sysconf("SC_CLK_TCK")

@@ -20,7 +20,7 @@ from udfs.core.recrawl import (
     sitemap_says_changed,
     updated_dup_share,
 )
-from udfs.frontier_io import duplicate_feedback, intake
+from udfs.frontier.pipeline import duplicate_feedback, intake
 
 from .test_frontier import CFG, H, ok, poll_page, visit, with_robots
 
@@ -276,7 +276,7 @@ def test_budget_wait_paces_the_day_by_weight():
 
 
 def test_a_tight_budget_goes_first_to_the_healthy_host_and_then_to_the_throttled_one():
-    from crawler.many_hosts import Frontier
+    from crawler.testkit.many_hosts import Frontier
 
     def run(cfg):
         f = Frontier(replace(cfg, daily_fetch_budget=100), seed=1)

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from crawler.cluster import CLUSTER_ENV, Cluster
-from crawler.local import LocalStack, _alive, _cmdline
+from crawler.stack.cluster import CLUSTER_ENV, Cluster
+from crawler.stack.local import LocalStack, _alive, _cmdline
 from tests import conftest
 from udfs.config import load_config
 

@@ -11,10 +11,10 @@ import pytest
 from crawler.cli import main
 from crawler.reparse import reparse
 from tests.unit.test_warc import T, writer
-from udfs.avro import registry
 from udfs.config import load_config
 from udfs.core.reparse import Entry, in_window, select
-from udfs.warc import Exchange, Fetch
+from udfs.storage.warc import Exchange, Fetch
+from udfs.wire.avro import registry
 
 HTML = [("Content-Type", "text/html; charset=utf-8")]
 

@@ -6,6 +6,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from udfs.config import load_defaults
+from udfs.config.policies import robots_policy
 from udfs.core.robots import MAX_ROBOTS_BYTES, is_allowed, parse_robots
 from udfs.core.robots_state import (
     RobotsFetch,
@@ -18,7 +19,6 @@ from udfs.core.robots_state import (
     decide,
     fetch_due,
 )
-from udfs.settings import robots_policy
 
 POLICY = robots_policy(load_defaults())
 DAY = 86400.0

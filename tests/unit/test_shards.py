@@ -9,7 +9,7 @@ from dataclasses import replace
 
 import pytest
 
-from crawler.many_hosts import Frontier, LocalShards
+from crawler.testkit.many_hosts import Frontier, LocalShards
 from tests.unit.test_coldqueue import Stores, answer
 from udfs.core.coldqueue import DictKeyValue
 from udfs.core.frontier import FrontierConfig, HostFrontier, Kind, url_from_saved

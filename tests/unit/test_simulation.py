@@ -8,8 +8,8 @@ import os
 import subprocess
 import sys
 
-from crawler.oracle import HostRules, Request, count_violations
-from crawler.simulate import FAULTS, SimConfig, simulate
+from crawler.testkit.oracle import HostRules, Request, count_violations
+from crawler.testkit.simulate import FAULTS, SimConfig, simulate
 from udfs.core.frontier import Kind
 from udfs.core.robots import parse_robots
 

@@ -21,7 +21,7 @@ from udfs.core.addresses import AddressPolicy
 from udfs.core.fetching import DnsCache, FetchLimits
 from udfs.core.frontier import Kind, Outcome
 from udfs.core.urls import normalize_url
-from udfs.fetch_client import (
+from udfs.fetcher.client import (
     AddressRefused,
     fetch,
     guarded_socket_factory,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 
 from udfs.config import load_config
-from udfs.storage import LocalStore, object_key, open_store
+from udfs.storage.bodies import LocalStore, object_key, open_store
 
 
 def test_put_get_and_reuse(tmp_path):

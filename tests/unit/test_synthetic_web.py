@@ -7,7 +7,7 @@ from __future__ import annotations
 import gzip
 import time
 
-from crawler.synthetic_web import SyntheticWeb, build_sites
+from crawler.testkit.synthetic_web import SyntheticWeb, build_sites
 
 
 def _get(web, site, path, headers=None):
@@ -103,7 +103,7 @@ def test_a_duplicate_heavy_site_serves_one_catalogue_for_four_pages_in_five():
 
 
 def test_the_hostile_set_is_opt_in_and_serves_pages_that_attack_the_parser():
-    from crawler.synthetic_web import HOSTILE_PAGES
+    from crawler.testkit.synthetic_web import HOSTILE_PAGES
 
     sites = build_sites(3, seed=5, hostile=1)
     assert len(sites) == 4 and build_sites(3, seed=5) == sites[:3]  # the others unchanged

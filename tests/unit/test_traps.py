@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from udfs.config import load_defaults
+from udfs.config.policies import trap_policy
 from udfs.core.traps import (
     DAY_S,
     DailyBudget,
@@ -14,7 +15,6 @@ from udfs.core.traps import (
     check_url,
     url_template,
 )
-from udfs.settings import trap_policy
 
 POLICY = trap_policy(load_defaults())
 

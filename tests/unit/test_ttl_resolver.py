@@ -1,4 +1,4 @@
-"""udfs.ttl_resolver against a real (tiny) DNS server on 127.0.0.1.
+"""udfs.fetcher.dns against a real (tiny) DNS server on 127.0.0.1.
 
 The server answers UDP queries from a fixed table; every test configures the
 resolver with that server only, so no packet leaves loopback and the system's
@@ -20,7 +20,7 @@ import dns.rdatatype
 import dns.rrset
 import pytest
 
-from udfs.ttl_resolver import DnsAnswer, DnsLookupError, TtlResolver, parse_servers
+from udfs.fetcher.dns import DnsAnswer, DnsLookupError, TtlResolver, parse_servers
 
 A, AAAA = dns.rdatatype.A, dns.rdatatype.AAAA
 

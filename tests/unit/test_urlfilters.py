@@ -11,7 +11,7 @@ import pytest
 from udfs.config import ConfigError, load_config
 from udfs.core.urlfilters import FilterError, Link, load_filters, parse_entry, run_chain
 from udfs.core.urls import normalize_url
-from udfs.frontier_io import intake
+from udfs.frontier.pipeline import intake
 
 pytestmark = pytest.mark.unit
 

@@ -1,5 +1,6 @@
 """WARC records, file names, rolling, the CDXJ index, the writer's publishing, and
-`crawl warc` on a local store (udfs/warc.py, udfs/warc_writer.py, crawler/warc_tool.py).
+`crawl warc` on a local store (udfs/storage/warc.py, udfs/storage/warc_writer.py,
+crawler/warc_tool.py).
 HTTP only on 127.0.0.1."""
 
 from __future__ import annotations
@@ -13,15 +14,16 @@ from pathlib import Path
 
 import pytest
 from aiohttp import web
+from udfs.storage.warc_writer import WarcWriter, index_members
 
 from crawler import warc_tool
 from crawler.cli import main
 from udfs.core.addresses import AddressPolicy
 from udfs.core.fetching import DnsCache, FetchLimits
 from udfs.core.frontier import Kind, Outcome
-from udfs.fetch_client import fetch, make_session
-from udfs.storage import LocalStore
-from udfs.warc import (
+from udfs.fetcher.client import fetch, make_session
+from udfs.storage.bodies import LocalStore
+from udfs.storage.warc import (
     PROFILE_IDENTICAL,
     PROFILE_NOT_MODIFIED,
     Exchange,
@@ -38,7 +40,6 @@ from udfs.warc import (
     sha256_b32,
     surt,
 )
-from udfs.warc_writer import WarcWriter, index_members
 
 T = 1_764_567_890_123  # ms
 PAGE = b"<html><body><a href='/x'>x</a></body></html>"
@@ -484,8 +485,9 @@ def test_a_killed_writers_file_is_recovered_whole_records_only_and_once(tmp_path
 
 
 def test_crawl_warc_recover_publishes_what_a_stopped_fetcher_left(tmp_path, capsys):
+    from udfs.storage.warc_writer import store_identity
+
     from udfs.config import load_config
-    from udfs.warc_writer import store_identity
 
     sets = [f"storage.local_dir={tmp_path / 'store'}", f"warc.temp_dir={tmp_path / 'tmp'}",
             f"local.state_dir={tmp_path / 'state'}"]

@@ -15,7 +15,7 @@ from the Kafka records it holds (sorted keys, gzip without a timestamp): writing
 same records again writes the same object, and a replay that cuts its batches
 elsewhere writes objects that overlap. A reader keeps one record per position
 (`dedupe`), so neither loses or double-counts a fetch. Why the writer never loses one:
-udfs/audit_operator.py.
+udfs/frontier/audit.py.
 """
 
 from __future__ import annotations

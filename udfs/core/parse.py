@@ -3,7 +3,7 @@
 Pure and bounded: the body is cut at `max_bytes` before parsing, at most
 `max_links` links are kept, and nothing is fetched (no DTDs, no entities). CPU time
 and memory are bounded outside: the fetcher runs `parse_html` in parser processes
-under `ParseLimits` (udfs/parse_stage.py); the rules of those limits are here.
+under `ParseLimits` (udfs/parser/stage.py); the rules of those limits are here.
 Links are resolved against <base href> and normalized with `normalize_url`;
 page-level nofollow (meta robots or X-Robots-Tag) keeps the page's links out of
 discovery, and rel="nofollow" drops single links. The extracted text (no
@@ -150,7 +150,7 @@ def group_by_host(urls: Iterable[str]) -> dict[str, list[str]]:
     return groups
 
 
-# -- the parse stage's limits (udfs/parse_stage.py runs parse_html under them) ------------
+# -- the parse stage's limits (udfs/parser/stage.py runs parse_html under them) ------------
 
 class LimitKind(StrEnum):
     """Why a page's parse was cut short (the label of parse_limit_hits_total)."""

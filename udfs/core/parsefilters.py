@@ -7,7 +7,7 @@ noindex/nofollow directives) and the page it came from (`Page`: the response hea
 and the body bytes the parser read); it returns a `Parse`, the same one or a changed
 copy (`dataclasses.replace(parse, links=...)`). Filters run in the configured order,
 each seeing what the one before returned. Configured by `parse.filters`
-(udfs/crawler-default.yaml), with the entry syntax of `urls.filters`
+(udfs/config/crawler-default.yaml), with the entry syntax of `urls.filters`
 (udfs/core/urlfilters.py): "module:Class" or "module.Class" followed by optional
 key=value parameters given to the class as keyword arguments.
 
@@ -27,7 +27,7 @@ What a filter's result changes (nothing else leaves the parser):
   nofollow sends no links, as a nofollow page does without filters.
 * title: read by later filters only; no record carries it.
 
-Where: in the fetcher's parser processes (udfs/parse_stage.py), right after
+Where: in the fetcher's parser processes (udfs/parser/stage.py), right after
 parse_html, so a filter's time counts against the page's CPU limit
 (parse.cpu_limit_s) and its memory against parse.memory_limit_mb; and in `crawl
 reparse`, so a reparse applies the same chain. Each parser process loads the chain

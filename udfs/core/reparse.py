@@ -87,7 +87,7 @@ def response_lookup(entries: Iterable[Entry]) -> dict[tuple[str, str], Entry]:
 def discovered_records(url: str, depth: int, links: list[str], now_ms: int
                        ) -> list[dict[str, Any]]:
     """The DiscoveredUrls records of one page's links, as the fetcher sends them
-    (udfs/fetch_pipeline.py): source LINK, parent the page, one record per target host."""
+    (udfs/fetcher/pipeline.py): source LINK, parent the page, one record per target host."""
     return [{"host_key": host_key, "source": "LINK", "parent_url": url, "depth": depth + 1,
              "redirect_hops": 0, "discovered_at_ms": now_ms,
              "links": [{"url": u, "lastmod_ms": None, "priority": None} for u in urls]}

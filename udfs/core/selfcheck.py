@@ -14,7 +14,7 @@ requests start and end, and counts a breach when a request starts
 * inside a Retry-After window a 429/503 answer of the host opened (`retry_after`).
 
 It sees one fetcher subtask (a host's leases all go to one: they are keyed by host).
-It must read 0; the request-log oracle of the tests (crawler/oracle.py) judges the
+It must read 0; the request-log oracle of the tests (crawler/testkit/oracle.py) judges the
 same rules from the server's side.
 """
 

@@ -12,7 +12,7 @@ the host).
 The chain runs at the frontier's intake, on every discovered URL (seeds, links,
 sitemap entries, redirect targets, robots.txt Sitemap lines), before the SSRF address
 check and before the host's own rules (robots.txt, trap limits, daily budget), which
-no filter can loosen. Configured by `urls.filters` (udfs/crawler-default.yaml), each
+no filter can loosen. Configured by `urls.filters` (udfs/config/crawler-default.yaml), each
 entry "module:Class" or "module.Class" followed by optional key=value parameters
 given to the class as keyword arguments (values read as YAML scalars).
 

@@ -5,7 +5,7 @@ It admits discovered URLs, grants leases ("which host is ready" is `next_wake`/`
 (url_id, url_version), expires leases, and schedules revisits. Everything takes `now`
 (seconds on the crawl clock); randomness comes from a seeded generator. The Flink
 frontier operator keeps one `HostFrontier` per key and turns `next_wake` into its one
-timer; the simulator drives many (crawler/many_hosts.py).
+timer; the simulator drives many (crawler/testkit/many_hosts.py).
 
 The host is one owner object over small parts, each one idea: which URLs enter
 (admission.py), its URL queue (queue.py), the window of URLs kept in memory (cold.py),

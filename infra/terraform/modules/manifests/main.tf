@@ -14,7 +14,7 @@ locals {
 
   storage_root = "s3://${var.bucket}"
 
-  # Crawl configuration shared by both jobs, as dotted keys of udfs/crawler-default.yaml.
+  # Crawl configuration shared by both jobs, as dotted keys of udfs/config/crawler-default.yaml.
   # Operator settings come last so they can refine anything but the wiring below.
   common_settings = merge(
     var.settings,

@@ -134,7 +134,7 @@ variable "kafka_storage_size" {
 }
 
 variable "settings" {
-  description = "Crawl configuration keys (dotted, as in udfs/crawler-default.yaml) to values; validated by the jobs at start."
+  description = "Crawl configuration keys (dotted, as in udfs/config/crawler-default.yaml) to values; validated by the jobs at start."
   type        = any # keeps each value's type (a map would make them all strings)
   default     = {}
 }

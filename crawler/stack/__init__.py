@@ -1,0 +1,1 @@
+"""The local stack: Kafka and S3 on loopback, a Flink session cluster, dependency downloads."""

@@ -1,0 +1,298 @@
+"""Flink shell of the fetcher: an AsyncFunction around `process_lease` (process mode).
+
+Each lease becomes zero or more Row(dest, key, value): dest "C" a completion
+(key host_key), "D" a discovered-URLs record (key its target host_key), "X" a
+dead letter. The aiohttp session is made on the first call, inside the
+operator's event loop.
+
+The function hands each lease to the fetch engine (`udfs.fetcher.engine`: its own thread
+and event loop, so that no PyFlink bundle waits for a fetch) and returns at once what
+the engine has finished since; a tick record (an empty value) only collects those.
+When a lease is sent is decided by the back queues (`udfs.core.backqueue`): each
+host's slot in this incarnation holds a lease until its not_before, the gap after
+the previous request's real end, the host's in-flight limit and any Retry-After,
+and refuses leases it cannot place safely (issued before a restart, following a
+lease an earlier incarnation had, halted by a 429/503, too early or too late). A
+lease is held waiting for at most `fetch.hold_s`; a refused lease is reported NOT_SENT
+when this incarnation knows no one sent it, so the frontier takes it back at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+from dataclasses import replace
+from typing import Any
+
+from pyflink.common import Row, Types
+from pyflink.datastream.functions import AsyncFunction
+
+from udfs.config import Config
+from udfs.config.policies import fault_injector, fetch_limits, parse_limits
+from udfs.core.addresses import AddressPolicy
+from udfs.core.backqueue import REPORTED, BackQueues, LeaseTiming, Skip
+from udfs.core.fetching import DnsCache
+from udfs.core.ipgate import IpGate, IpPolicy
+from udfs.core.politeness import Pace
+from udfs.core.urls import UrlPolicy
+from udfs.fetcher.turns import Turns
+from udfs.wire.avro import AvroDecodeError, registry
+from udfs.wire.deadletter import dead_letter
+
+FETCH_OUTPUT = Types.ROW_NAMED(["dest", "key", "value"], [
+    Types.STRING(), Types.PRIMITIVE_ARRAY(Types.BYTE()), Types.PRIMITIVE_ARRAY(Types.BYTE())])
+
+# Slots of hosts quiet this long are dropped (their history is older than any gap).
+IDLE_SLOT_S = 900.0
+
+
+def lease_timing(lease: dict[str, Any]) -> LeaseTiming:
+    """The back queue's view of a LeaseRecord (milliseconds to seconds)."""
+    return LeaseTiming(
+        lease["lease_id"], lease["host_key"], lease["issued_at_ms"] / 1000.0,
+        lease["not_before_ms"] / 1000.0, lease["expires_at_ms"] / 1000.0,
+        lease["prev_lease_id"],
+        Pace(lease["gap_s"], lease["duration_factor"], lease["max_gap_s"],
+             lease["max_in_flight"]), lease["throttle_seq"])
+
+
+def not_sent(lease: dict[str, Any], reason: Skip, now: float, start_at: float | None
+             ) -> dict[str, Any]:
+    """The Completion record of a lease this fetcher did not send (and knows no one did);
+    retry_after: seconds until the host could be asked, as far as this fetcher knows."""
+    wait = None if start_at is None or start_at <= now + 1 else str(math.ceil(start_at - now))
+    return {
+        "lease_id": lease["lease_id"], "url_id": lease["url_id"],
+        "url_version": lease["url_version"], "attempt": lease["attempt"], "url": lease["url"],
+        "host_key": lease["host_key"], "kind": lease["kind"], "outcome": "NOT_SENT",
+        "http_status": None, "fetched_at_ms": int(now * 1000), "fetch_duration_ms": 0,
+        "retry_after": wait, "redirect_location": None, "etag": None, "last_modified": None,
+        "content_type": None, "body_sha256": None, "body_bytes": None, "object_key": None,
+        "text_sha256": None, "simhash": None, "canonical_url": None, "noindex": False,
+        "nofollow": False, "links_count": 0, "body": None, "error": reason.value,
+    }
+
+
+class FetchFunction(AsyncFunction):
+    """`restored`: the job was started from a savepoint or checkpoint (an upgrade or a
+    rescale): as after a task restart, leases issued before this task started may have
+    been sent by the job before it, so they are not sent (they expire and are re-let)."""
+
+    def __init__(self, cfg_data: dict[str, Any], connections: int = 200,
+                 restored: bool = False) -> None:
+        self.cfg_data = cfg_data
+        self.connections = connections
+        self.restored = restored
+
+    def open(self, runtime_context) -> None:
+        from udfs.storage.bodies import open_store
+
+        cfg = Config(self.cfg_data)
+        self.reg = registry()
+        self.limits = fetch_limits(cfg)
+        self.user_agent = cfg["robots.user_agent"]
+        self.store = open_store(cfg)
+        self.cache = DnsCache(AddressPolicy.from_networks(cfg["fetch.allowed_networks"]),
+                              self.limits,
+                              dict(e.split("=", 1) for e in cfg["fetch.static_hosts"]))
+        self.session = None
+        self.faults = fault_injector(cfg)
+        self.url_policy = UrlPolicy.from_names(cfg["urls.drop_query_params"])
+        # A restarted task (attempt > 0) or a job restored from a savepoint replays the
+        # leases read since its checkpoint: the incarnation before may have sent them.
+        replays = self.restored or runtime_context.get_attempt_number() > 0
+        queues = BackQueues(time.time() if replays else float("-inf"),
+                            hold_s=cfg["fetch.hold_s"], fetch_s=self.limits.total_timeout_s + 1.0)
+        # The second politeness key, on the server's address (udfs/core/ipgate.py).
+        ip_gate = IpGate(IpPolicy(cfg["fetch.ip_min_gap_s"], cfg["fetch.ip_max_in_flight"]))
+        self.turns = Turns(queues, ip_gate, self.cache)  # waited for on the engine's loop
+        self.calls = 0
+        # No lease is worked on longer than its hold, its fetch and a margin: past that
+        # it is given up (it expires at the frontier and is re-let).
+        self.guard_s = cfg["fetch.hold_s"] + self.limits.total_timeout_s + 30.0
+        from udfs.fetcher.engine import FetchEngine
+
+        self.engine = FetchEngine(self._guarded, capacity=self.connections)
+        # The task's parser processes (udfs/parser/stage.py), started on first use.
+        from udfs.parser.stage import ParseStage
+
+        self.parser = ParseStage(
+            parse_limits(cfg), self.user_agent, self.url_policy,
+            parse_delay_s=self.faults.parse_delay_s if self.faults is not None else 0.0,
+            filters=cfg["parse.filters"])
+        self.warc = self._warc_writer(cfg, runtime_context)
+        if self.warc is not None:  # what writers of this crawl that died here left
+            self.warc.start_recovery()
+        self._warc_roll = None  # the last age check handed to the writer
+        self._warc_checked = time.monotonic()
+        from udfs.fetcher.metrics import FetcherMetrics
+
+        self.metrics = FetcherMetrics(runtime_context.get_metrics_group(), cfg["parse.filters"],
+                                      self.turns.selfcheck, self.warc)
+
+    def _warc_writer(self, cfg: Config, runtime_context):
+        """The task's WARC writer (warc.enabled), one per subtask: its files are named
+        after this host, the subtask and a token of this incarnation (never reused)."""
+        if not cfg["warc.enabled"]:
+            return None
+        import socket
+        import uuid
+
+        from udfs.storage.warc_writer import WarcWriter, store_identity
+        from udfs.storage.warc import RollPolicy
+
+        subtask = getattr(runtime_context, "get_index_of_this_subtask", lambda: 0)()
+        return WarcWriter(
+            self.store, prefix=cfg["warc.prefix"], file_prefix=cfg["warc.file_prefix"],
+            policy=RollPolicy(cfg["warc.max_file_bytes"], cfg["warc.max_file_age_s"]),
+            temp_dir=cfg["warc.temp_dir"],
+            host=f"{socket.gethostname()}-t{subtask}-{uuid.uuid4().hex[:6]}",
+            dedup_entries=cfg["warc.dedup_entries"], operator=self.user_agent,
+            store_id=store_identity(cfg))
+
+    def _warc_tick(self) -> None:
+        """At most once a second: have the writer publish its file if it is old enough
+        (the writer's thread does it); a failed publish fails the task here."""
+        if self.warc is None:
+            return
+        roll = self._warc_roll
+        if roll is not None and roll.done() and roll.exception() is not None:
+            raise roll.exception()
+        now = time.monotonic()
+        if now - self._warc_checked >= 1.0 and (roll is None or roll.done()):
+            self._warc_checked = now
+            self._warc_roll = self.warc.submit(self.warc.roll_if_due)
+
+    async def _session(self):
+        if self.session is None:
+            from udfs.fetcher.client import make_session
+
+            self.session = make_session(self.cache, self.limits, limit=self.connections)
+        return self.session
+
+    def _dead(self, raw: bytes, reason: str, error_type: str) -> Row:
+        return Row("X", None, dead_letter(self.reg, stage="fetcher.decode", reason=reason,
+                                          error_type=error_type, payload=raw,
+                                          now_ms=int(time.time() * 1000)))
+
+    def _page_dead(self, lease: dict[str, Any], raw: bytes, stage: str, reason: str,
+                   error_type: str) -> Row:
+        """A dead letter about one lease's page, keyed by its host, the lease as payload."""
+        return Row("X", lease["host_key"].encode(), dead_letter(
+            self.reg, stage=stage, reason=reason, error_type=error_type, payload=raw,
+            url=lease["url"], host_key=lease["host_key"], now_ms=int(time.time() * 1000)))
+
+    def _skipped(self, lease: dict[str, Any], timing: LeaseTiming, reason: Skip) -> list:
+        if reason not in REPORTED:
+            return []  # replayed (it expires and is re-let) or a duplicate record
+        now = time.time()
+        record = not_sent(lease, reason, now, self.turns.queues.start_at(timing, now))
+        self.metrics.count(record)
+        return [Row("C", lease["host_key"].encode(),
+                    self.reg.encode("completion", record, check=False))]
+
+    async def async_invoke(self, value):
+        """Hand the lease to the engine (a tick: nothing) and return what it has done."""
+        self.engine.check()
+        self._warc_tick()
+        if len(value[1]):
+            # Backpressure from the parse stage: while parse.max_waiting pages wait for a
+            # parser, no new lease is taken (the engine's loop keeps fetching the others).
+            while self.parser.full():
+                self.engine.check()
+                await asyncio.sleep(0.01)
+            await self.engine.submit_when_room(value)
+        return self.engine.drain()
+
+    async def _guarded(self, value) -> list:
+        """One lease, on the engine's loop, bounded in time."""
+        try:
+            async with asyncio.timeout(self.guard_s):
+                return await self._invoke(value)
+        except TimeoutError:
+            return []  # the lease expires and is re-let; nothing is lost
+
+    async def _invoke(self, value):
+        from udfs.fetcher.pipeline import FetchContext, process_lease
+
+        raw = bytes(value[1])
+        try:
+            lease = self.reg.decode("lease", raw)
+        except AvroDecodeError as exc:
+            return [self._dead(raw, str(exc), type(exc).__name__)]
+        timing = lease_timing(lease)
+        now = time.time()
+        self.calls += 1
+        if self.calls % 1000 == 0:
+            self.turns.forget_idle(now, IDLE_SLOT_S)
+        skip = self.turns.queues.admit(timing, now)
+        if skip is None:
+            skip = await self.turns.wait_host(timing)
+        if skip is not None:
+            return self._skipped(lease, timing, skip)
+        address = None
+        if self.turns.ip_gate.policy.on:  # the host allows it; its server's address too
+            try:
+                address, skip = await self.turns.wait_address(lease, timing)
+            except BaseException:  # cancelled (the lease's guard): nothing was sent
+                await asyncio.shield(self.turns.release(timing, time.time(), None, sent=False))
+                raise
+            if skip is not None:  # not sent: the host's slot is free again at once
+                await self.turns.release(timing, time.time(), None, sent=False)
+                return self._skipped(lease, timing, skip)
+        started = time.time()
+        self.turns.started(timing, started)
+        completion = None
+        try:
+            remaining = timing.expires_at - started
+            limits = self.limits if remaining > self.limits.total_timeout_s + 1 else \
+                replace(self.limits, total_timeout_s=max(0.1, remaining - 1.0))
+            ctx = FetchContext(await self._session(), self.store, limits, self.user_agent,
+                               faults=self.faults, url_policy=self.url_policy,
+                               stats=self.metrics.pages, warc=self.warc, parser=self.parser,
+                               max_links=self.parser.limits.max_links)
+            completion, discovered = await process_lease(lease, ctx)
+            if self.faults is not None:
+                self.faults.after_response(lease["url"])
+        finally:
+            await self.turns.release(timing, started, completion)
+            if address is not None:
+                await self.turns.release_address(address)
+        host = lease["host_key"]
+        self.metrics.count(completion)
+        # Written as completion v3 (the WARC record's location, PARSE_TIMEOUT): the frontier
+        # is upgraded first (README, "Upgrading across completion v3").
+        out = [Row("C", host.encode(), self.reg.encode("completion", completion, check=False))]
+        if completion["outcome"] in ("PARSE_TIMEOUT", "PARSE_ERROR"):
+            # A page the parser could not finish: recorded and skipped, its URL and reason
+            # in a dead letter (the body is in storage).
+            out.append(self._page_dead(lease, raw, "fetcher.parse", completion["error"] or "",
+                                       completion["outcome"]))
+        if ctx.parse_filter_error is not None:
+            # A parse filter raised: the page was kept (as the filters before it left it);
+            # the filter's bug goes to its author with the URL.
+            name, error = ctx.parse_filter_error
+            out.append(self._page_dead(lease, raw, "fetcher.parse_filter",
+                                       f"parse filter {name} raised {error}",
+                                       "ParseFilterError"))
+        if self.faults is not None and self.faults.drops_completion(lease["url"]):
+            out = []
+        out += [Row("D", d["host_key"].encode(), self.reg.encode("discovered", d, check=False))
+                for d in discovered]
+        return out
+
+    def timeout(self, value):
+        return []  # the lease expires and is re-let; nothing is lost
+
+    def close(self) -> None:
+        if self.session is not None:
+            try:
+                asyncio.run_coroutine_threadsafe(self.session.close(),
+                                                 self.engine.loop).result(5)
+            except Exception:  # the engine's loop may already be gone
+                pass
+        self.engine.close()
+        self.parser.close()
+        if self.warc is not None:  # after the engine: no record is handed over any more
+            self.warc.close()  # publishes the open file

@@ -1,0 +1,142 @@
+"""When the fetcher may send a lease: its host's turn, then its server address's turn.
+
+The rules are the core's (udfs/core/backqueue.py for a host's slot, udfs/core/ipgate.py
+for an address); this module waits for them on the fetch engine's event loop, one
+asyncio.Condition per host and per address, woken early when a request there ends. The
+politeness self-check (udfs/core/selfcheck.py) hears every start and end.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+from urllib.parse import urlsplit
+
+from udfs.core.backqueue import BackQueues, LeaseTiming, Skip
+from udfs.core.fetching import DnsCache
+from udfs.core.ipgate import IpGate
+from udfs.core.politeness import parse_retry_after
+from udfs.core.selfcheck import PolitenessSelfCheck
+
+
+class Turns:
+    """The fetcher task's waiting room: hosts' slots and servers' addresses."""
+
+    def __init__(self, queues: BackQueues, ip_gate: IpGate, cache: DnsCache) -> None:
+        self.queues = queues
+        self.ip_gate = ip_gate
+        self.cache = cache
+        self.selfcheck = PolitenessSelfCheck()
+        self.hosts: dict[str, asyncio.Condition] = {}
+        self.addresses: dict[str, asyncio.Condition] = {}
+        self.resolver: Any = None  # a GuardedResolver over `cache`, made on first use
+
+    def forget_idle(self, now: float, idle_s: float) -> None:
+        """Drop the slots and conditions of hosts and addresses quiet for `idle_s`."""
+        self.queues.forget_idle(now, idle_s)
+        self.hosts = {k: v for k, v in self.hosts.items() if k in self.queues.slots}
+        self.ip_gate.forget_idle(now, max(idle_s, self.ip_gate.policy.min_gap_s))
+        self.addresses = {k: v for k, v in self.addresses.items()
+                          if k in self.ip_gate.addresses}
+
+    def _host(self, host: str) -> asyncio.Condition:
+        turn = self.hosts.get(host)
+        if turn is None:
+            turn = self.hosts[host] = asyncio.Condition()
+        return turn
+
+    def _address(self, address: str) -> asyncio.Condition:
+        turn = self.addresses.get(address)
+        if turn is None:
+            turn = self.addresses[address] = asyncio.Condition()
+        return turn
+
+    async def wait_host(self, timing: LeaseTiming) -> Skip | None:
+        """Hold the lease until the host's slot lets it start, then start it."""
+        turn = self._host(timing.host_key)
+        async with turn:
+            while True:
+                now = time.time()
+                verdict = self.queues.wait(timing, now)
+                if isinstance(verdict, Skip):
+                    return verdict
+                if verdict == 0.0:
+                    self.queues.begin(timing, now)
+                    return None
+                try:  # woken early when a request of the host ends
+                    await asyncio.wait_for(turn.wait(), verdict)
+                except TimeoutError:
+                    pass
+
+    async def wait_address(self, lease: dict[str, Any], timing: LeaseTiming
+                           ) -> tuple[str | None, Skip | None]:
+        """Hold a request its host allows until its server's address allows it too, then
+        count it there: (the address, None). (None, None): the name does not resolve to
+        an allowed address (the fetch fails without connecting). (None, TOO_LATE): the
+        address's turn would come too close to the lease's expiry."""
+        from udfs.fetcher.client import GuardedResolver
+
+        if self.resolver is None:
+            self.resolver = GuardedResolver(self.cache)
+        try:
+            answers = await self.resolver.resolve(urlsplit(lease["url"]).hostname or "")
+        except OSError:
+            return None, None
+        address = answers[0]["host"]
+        # Held no longer than a lease is held for its host (fetch.hold_s), and never
+        # so long that the fetch could outlive the lease.
+        deadline = min(time.time() + self.queues.hold_s,
+                       timing.expires_at - self.queues.fetch_s)
+        turn = self._address(address)
+        async with turn:
+            while True:
+                now = time.time()
+                wait = self.ip_gate.wait(address, now)
+                if wait == 0.0:
+                    self.ip_gate.begin(address, now)
+                    return address, None
+                if now + (wait or 0.0) > deadline:
+                    return None, Skip.TOO_LATE
+                try:  # woken early when a request to the address ends
+                    await asyncio.wait_for(turn.wait(), deadline - now if wait is None
+                                           else wait)
+                except TimeoutError:
+                    pass
+
+    def started(self, timing: LeaseTiming, at: float) -> None:
+        """The request goes out now (the self-check counts it)."""
+        self.selfcheck.start(timing.host_key, at, timing.pace.gap_s, timing.pace.max_in_flight)
+
+    async def release(self, timing: LeaseTiming, started: float,
+                      completion: dict | None, sent: bool = True) -> None:
+        """The request is over: its host's next request may follow after the gap. The
+        gap runs from now (after storing and parsing: never shorter than from the
+        response), and the duration rule uses the request's own duration — the one the
+        completion reports and the frontier plans from — not our store and parse time.
+        `sent=False`: the host's turn was taken but no request went out (the address's
+        turn came too late): the slot is free again, with no gap to add."""
+        now = time.time()
+        if not sent:
+            self.queues.cancel(timing, now)
+        elif completion is None:  # the fetch raised: all we know is the time it took
+            outcome, retry_after, duration = "OTHER_ERROR", None, now - started
+        else:
+            outcome, retry_after = completion["outcome"], completion["retry_after"]
+            duration = completion["fetch_duration_ms"] / 1000
+        if sent:
+            throttled = outcome == "THROTTLED"
+            retry_until = parse_retry_after(retry_after, now) if throttled else None
+            self.queues.end(timing, now, duration, throttled=throttled,
+                            retry_until=retry_until)
+            self.selfcheck.end(timing.host_key, now, retry_until)
+        turn = self._host(timing.host_key)
+        async with turn:
+            turn.notify_all()
+
+    async def release_address(self, address: str) -> None:
+        """The request to `address` is over: its next one may follow after its gap."""
+        self.ip_gate.end(address, time.time())
+        turn = self._address(address)
+        async with turn:
+            turn.notify_all()

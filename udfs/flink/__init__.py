@@ -1,0 +1,1 @@
+"""Flink adapters shared by the jobs: environment, Kafka sources and sinks, checkpoint settings."""

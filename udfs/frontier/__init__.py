@@ -1,0 +1,1 @@
+"""The frontier job's Flink shell: intake, the keyed host function, metrics, index stages, audit."""

@@ -1,0 +1,1 @@
+"""The relay job's Flink shell."""

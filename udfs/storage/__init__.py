@@ -1,0 +1,1 @@
+"""Where fetched bytes go: content-addressed bodies, object store clients, WARC files."""

@@ -1,0 +1,387 @@
+"""Every fetch kept as WARC/1.1, pure part: records, file names, rolling, the CDXJ index.
+
+A fetch that reached a server (it has an HTTP status) becomes two records, built with
+warcio and gzip'd one record per gzip member (so any record can be read alone from its
+offset):
+
+* `request`: the request line and the headers as aiohttp sent them;
+* `response`: the status line and the headers as received, then the payload as
+  received on the wire (Content-Encoding kept: a gzip'd body stays gzip'd). What is not
+  quite "as received", and is said in the record:
+  - aiohttp removes chunked transfer coding before we see the body, so a
+    `Transfer-Encoding` header is kept as `X-Archive-Orig-Transfer-Encoding` (pywb's
+    convention) and the payload is the de-chunked body;
+  - a body that was not read (the client reads bodies of OK answers only: an error
+    page, a redirect's body) or was refused as too large is absent, and the record says
+    `WARC-Truncated: unspecified` (not read) or `length` (over fetch.max_body_bytes);
+* `revisit` instead of `response` for a 304 answer (profile server-not-modified) and
+  for a payload whose digest this writer has already written in a response record
+  (profile identical-payload-digest, pointing at that record).
+
+Digests: WARC-Payload-Digest and WARC-Block-Digest are SHA-256 in base32, as warcio
+writes digests ("sha256:" + base32); for an identity-coded page the payload digest is
+the stored body's SHA-256 (`body_sha256`) in that form (`sha256_b32`).
+
+Record ids are UUIDs derived from what identifies the fetch — lease id, URL version,
+attempt — and the record's role, so building a fetch's records again gives the same
+ids (and, with the same inputs, the same bytes).
+
+Files: `<prefix>-<YYYYMMDDhhmmss>-<serial>-<host>.warc.gz`, Common Crawl's scheme from
+its first crawls (CC-MAIN-20130516093810-00000-ip-10-60-113-184.ec2.internal.warc.gz:
+the time the file was opened, a five-digit serial of the writer, the writing host),
+here with the host made unique per fetcher subtask and task incarnation
+(`<hostname>-t<subtask>-<token>`), so two writers never name a file alike. Each file
+starts with a `warcinfo` record. Its index, `<name without .warc.gz>.cdxj`, has one
+line per response and revisit record, pywb's CDXJ: `<SURT> <YYYYMMDDhhmmss> {json}`
+with url, mime, status, digest, length, offset, filename, sorted.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime as dt
+import gzip
+import hashlib
+import io
+import json
+import re
+import uuid
+import zlib
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from urllib.parse import urlsplit
+
+from warcio.recordbuilder import RecordBuilder
+from warcio.statusandheaders import StatusAndHeaders
+from warcio.warcwriter import WARCWriter
+
+WARC_VERSION = "WARC/1.1"
+PROFILE_IDENTICAL = "http://netpreserve.org/warc/1.1/revisit/identical-payload-digest"
+PROFILE_NOT_MODIFIED = "http://netpreserve.org/warc/1.1/revisit/server-not-modified"
+# Namespace of the record ids (a fixed random UUID: ids are ours, not someone else's).
+ID_NAMESPACE = uuid.UUID("6f1c2a52-8d5e-4a53-9b1e-2f4f0c6d9a17")
+SOFTWARE = "flink-crawler (warcio)"
+# A named field of ours on response and revisit records: the fetch's depth from a seed.
+DEPTH_FIELD = "Crawl-Depth"
+
+
+def sha256_b32(data: bytes | None = None, hex_digest: str | None = None) -> str:
+    """A SHA-256 as WARC digests are written: "sha256:" + base32 (of `data`, or of a
+    hex digest already computed, such as a completion's body_sha256)."""
+    raw = hashlib.sha256(data).digest() if hex_digest is None else bytes.fromhex(hex_digest)
+    return "sha256:" + base64.b32encode(raw).decode()
+
+
+def record_id(lease_id: str, url_version: int, attempt: int, role: str) -> str:
+    """The WARC-Record-ID of one record of one fetch: the same fetch, the same id."""
+    name = f"{lease_id}\x00{url_version}\x00{attempt}\x00{role}"
+    return f"<urn:uuid:{uuid.uuid5(ID_NAMESPACE, name)}>"
+
+
+def warc_date(ms: int) -> str:
+    """WARC-Date of a time in milliseconds (WARC/1.1 allows fractions of a second)."""
+    t = dt.datetime.fromtimestamp(ms / 1000, dt.UTC)
+    return t.strftime("%Y-%m-%dT%H:%M:%S.") + f"{t.microsecond // 1000:03d}Z"
+
+
+def timestamp14(ms: int | float) -> str:
+    return dt.datetime.fromtimestamp(ms / 1000, dt.UTC).strftime("%Y%m%d%H%M%S")
+
+
+# -- one fetch ------------------------------------------------------------------------------
+
+
+@dataclass
+class Exchange:
+    """An HTTP exchange as the fetch client saw it (udfs/fetcher/client.py)."""
+
+    method: str
+    target: str  # the request target: path and query
+    request_headers: list[tuple[str, str]]
+    version: str  # "HTTP/1.1"
+    status: int
+    reason: str
+    response_headers: list[tuple[str, str]]  # as received: order, case and repeats kept
+    payload: bytes = b""  # as received, transfer coding removed
+    truncated: str | None = None  # WARC-Truncated: None, "length" or "unspecified"
+    ip: str | None = None
+
+
+@dataclass
+class Fetch:
+    """One fetch to keep: what identifies it, and its exchange."""
+
+    url: str
+    lease_id: str
+    url_version: int
+    attempt: int
+    fetched_at_ms: int
+    exchange: Exchange
+    body_sha256: str | None = None  # hex, of the decoded body the crawler stored
+    depth: int | None = None  # the lease's depth from a seed (written as Crawl-Depth)
+
+
+@dataclass(frozen=True)
+class Location:
+    """Where one record is: the object key of its WARC file (warc.prefix + the file's
+    name, the CDXJ's `filename`), and its gzip member's offset and length in that file:
+    one ranged read of [offset, offset + length) is the whole record."""
+
+    key: str
+    offset: int
+    length: int
+
+
+@dataclass
+class Record:
+    """One record as written: its gzip member and what its index line needs."""
+
+    rec_type: str
+    record_id: str
+    data: bytes  # the gzip member
+    url: str = ""
+    date_ms: int = 0
+    status: int | None = None
+    mime: str = ""
+    digest: str | None = None
+
+
+def _response_headers(ex: Exchange) -> list[tuple[str, str]]:
+    return [("X-Archive-Orig-Transfer-Encoding", v) if k.lower() == "transfer-encoding"
+            else (k, v) for k, v in ex.response_headers]
+
+
+def _header(headers: Sequence[tuple[str, str]], name: str) -> str | None:
+    name = name.lower()
+    return next((v for k, v in headers if k.lower() == name), None)
+
+
+def _gzip_member(rec) -> bytes:
+    """One record, written by warcio (digests and length checked by it), as its own
+    gzip member (level 6: warcio's own wrapper uses 9, several times slower)."""
+    out = io.BytesIO()
+    WARCWriter(out, gzip=False, warc_version=WARC_VERSION).write_record(rec)
+    c = zlib.compressobj(6, zlib.DEFLATED, zlib.MAX_WBITS + 16)
+    return c.compress(out.getvalue()) + c.flush()
+
+
+_BUILDER = RecordBuilder(warc_version=WARC_VERSION)
+
+
+def _block_digest(http: StatusAndHeaders, payload: bytes) -> str:
+    http.compute_headers_buffer()
+    return sha256_b32(http.headers_buff + payload)
+
+
+def build_records(f: Fetch, refers_to: tuple[str, str, str] | None = None
+                  ) -> list[Record]:
+    """The records of one fetch: [response or revisit, request].
+
+    `refers_to`: (record id, URI, WARC-Date) of the response record whose payload this
+    one repeats: the response becomes a revisit (identical-payload-digest). A 304
+    answer is a revisit (server-not-modified) in any case."""
+    ex = f.exchange
+    date = warc_date(f.fetched_at_ms)
+    resp_id = record_id(f.lease_id, f.url_version, f.attempt, "response")
+    req_id = record_id(f.lease_id, f.url_version, f.attempt, "request")
+    common = {"WARC-Date": date}
+    if ex.ip:
+        common["WARC-IP-Address"] = ex.ip
+    # Our own named field (WARC/1.1 section 5: readers ignore fields they do not know):
+    # the fetch's depth from a seed, for `crawl reparse`'s discovered URLs.
+    extra = {DEPTH_FIELD: str(f.depth)} if f.depth is not None else {}
+    http = StatusAndHeaders(f"{ex.status} {ex.reason}".strip(), _response_headers(ex),
+                            protocol=ex.version)
+    mime = (_header(ex.response_headers, "Content-Type") or "").split(";")[0].strip().lower()
+    payload_digest = sha256_b32(ex.payload)
+    if ex.status == 304 or refers_to is not None:
+        headers = {"WARC-Record-ID": resp_id, **common, **extra}
+        if ex.status == 304:
+            headers["WARC-Profile"] = PROFILE_NOT_MODIFIED
+            headers["WARC-Refers-To-Target-URI"] = f.url
+            digest = None
+        else:
+            headers["WARC-Profile"] = PROFILE_IDENTICAL
+            headers["WARC-Refers-To"] = refers_to[0]
+            headers["WARC-Refers-To-Target-URI"] = refers_to[1]
+            headers["WARC-Refers-To-Date"] = refers_to[2]
+            headers["WARC-Payload-Digest"] = digest = payload_digest
+            if ex.truncated:
+                headers["WARC-Truncated"] = ex.truncated
+        # A revisit carries the HTTP headers only (warcio writes no payload for it).
+        headers["WARC-Block-Digest"] = _block_digest(http, b"")
+        rec = _BUILDER.create_warc_record(f.url, "revisit", http_headers=http,
+                                          warc_headers_dict=headers)
+        main = Record("revisit", resp_id, _gzip_member(rec), f.url, f.fetched_at_ms,
+                      ex.status, "warc/revisit", digest)
+    else:
+        headers = {"WARC-Record-ID": resp_id, **common, **extra,
+                   "WARC-Payload-Digest": payload_digest,
+                   "WARC-Block-Digest": _block_digest(http, ex.payload)}
+        if ex.truncated:
+            headers["WARC-Truncated"] = ex.truncated
+        rec = _BUILDER.create_warc_record(f.url, "response", payload=io.BytesIO(ex.payload),
+                                          length=len(ex.payload), http_headers=http,
+                                          warc_headers_dict=headers)
+        main = Record("response", resp_id, _gzip_member(rec), f.url, f.fetched_at_ms,
+                      ex.status, mime, payload_digest)
+    req_http = StatusAndHeaders(f"{ex.method} {ex.target} {ex.version}", ex.request_headers,
+                                protocol="", is_http_request=True)
+    req_headers = {"WARC-Record-ID": req_id, **common, "WARC-Concurrent-To": resp_id,
+                   "WARC-Block-Digest": _block_digest(req_http, b""),
+                   "WARC-Payload-Digest": sha256_b32(b"")}
+    req = _BUILDER.create_warc_record(f.url, "request", http_headers=req_http,
+                                      warc_headers_dict=req_headers)
+    return [main, Record("request", req_id, _gzip_member(req), f.url, f.fetched_at_ms)]
+
+
+def warcinfo_record(filename: str, opened_ms: int, info: dict[str, str]) -> Record:
+    """The first record of a file (its id follows from the file's name)."""
+    rid = f"<urn:uuid:{uuid.uuid5(ID_NAMESPACE, 'warcinfo' + chr(0) + filename)}>"
+    body = "".join(f"{k}: {v}\r\n" for k, v in info.items() if v).encode()
+    rec = _BUILDER.create_warc_record(
+        "", "warcinfo", payload=io.BytesIO(body), length=len(body),
+        warc_headers_dict={"WARC-Record-ID": rid, "WARC-Date": warc_date(opened_ms),
+                           "WARC-Filename": filename,
+                           "Content-Type": "application/warc-fields"})
+    return Record("warcinfo", rid, _gzip_member(rec), date_ms=opened_ms)
+
+
+# -- files -----------------------------------------------------------------------------------
+
+
+_NAME = re.compile(r"^(?P<prefix>[A-Za-z0-9_.]+(?:-[A-Za-z0-9_.]+)*?)-(?P<ts>\d{14})-"
+                   r"(?P<serial>\d{5,})-(?P<host>[A-Za-z0-9_.-]+)\.warc\.gz$")
+
+
+def safe_host(name: str) -> str:
+    """A hostname as a file name part: letters, digits, dot, dash, underscore."""
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", name) or "host"
+
+
+def file_name(prefix: str, opened_ms: int, serial: int, host: str) -> str:
+    """Common Crawl's `CC-MAIN-<YYYYMMDDhhmmss>-<serial:05>-<host>.warc.gz`."""
+    return f"{prefix}-{timestamp14(opened_ms)}-{serial:05d}-{safe_host(host)}.warc.gz"
+
+
+def parse_file_name(name: str) -> dict[str, str] | None:
+    m = _NAME.match(name.rsplit("/", 1)[-1])
+    return m.groupdict() if m else None
+
+
+def index_name(warc_key: str) -> str:
+    """The CDXJ object beside a WARC file."""
+    return warc_key[: -len(".warc.gz")] + ".cdxj" if warc_key.endswith(".warc.gz") \
+        else warc_key + ".cdxj"
+
+
+@dataclass
+class RollPolicy:
+    """When a file is closed and published: once it holds `max_bytes` (a record is never
+    split: a file ends after the record that reaches the limit) or is `max_age_s` old."""
+
+    max_bytes: int
+    max_age_s: float
+
+    def due(self, size: int, opened_s: float, now_s: float) -> bool:
+        return size >= self.max_bytes or now_s - opened_s >= self.max_age_s
+
+
+# -- the index -------------------------------------------------------------------------------
+
+
+def surt(url: str) -> str:
+    """The SURT key pywb sorts and looks up by: host reversed with commas and "www."
+    dropped, lower case, default port dropped, ")" then path and query (query
+    parameters sorted), no scheme or fragment. (The surt package's default
+    canonicalization, for http(s) URLs as the crawler normalizes them.)"""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return url.lower()
+    host = (parts.hostname or "").lower().strip(".")
+    if host.startswith("www."):
+        host = host[4:]
+    key = ",".join(reversed(host.split("."))) if host else ""
+    port = parts.port if parts.port is not None else None
+    if port is not None and port != {"http": 80, "https": 443}.get(parts.scheme):
+        key += f":{port}"
+    path = parts.path or "/"
+    query = "&".join(sorted(parts.query.split("&"))) if parts.query else ""
+    return (key + ")" + path + ("?" + query if query else "")).lower()
+
+
+@dataclass
+class IndexEntry:
+    url: str
+    date_ms: int
+    mime: str
+    status: int | None
+    digest: str | None
+    length: int
+    offset: int
+    filename: str
+    rec_type: str = "response"
+
+    def line(self) -> str:
+        # As pywb's indexer (cdxj-indexer) writes it: a record without a payload digest
+        # (a 304's revisit) has no "digest" field, one without a Content-Type (a bare
+        # redirect) no "mime" field.
+        data = {"url": self.url, **({"mime": self.mime} if self.mime else {}),
+                "status": str(self.status) if self.status is not None else "-",
+                **({"digest": self.digest} if self.digest else {}),
+                "length": str(self.length), "offset": str(self.offset),
+                "filename": self.filename}
+        return f"{surt(self.url)} {timestamp14(self.date_ms)} {json.dumps(data)}"
+
+
+def cdxj(entries: Iterable[IndexEntry]) -> bytes:
+    """The index of a file: one line per response and revisit record, sorted as pywb
+    expects (by SURT key, then time)."""
+    lines = sorted(e.line() for e in entries if e.rec_type in ("response", "revisit"))
+    return "".join(line + "\n" for line in lines).encode()
+
+
+def parse_cdxj(data: bytes) -> list[tuple[str, str, dict]]:
+    out = []
+    for line in data.decode().splitlines():
+        if line.strip():
+            key, ts, rest = line.split(" ", 2)
+            out.append((key, ts, json.loads(rest)))
+    return out
+
+
+# -- reading ---------------------------------------------------------------------------------
+
+
+def read_record(member: bytes):
+    """The one record in a gzip member (bytes from its offset, `length` long): warcio's
+    parsed record, its content read: (record, payload bytes)."""
+    from warcio.archiveiterator import ArchiveIterator
+
+    for rec in ArchiveIterator(io.BytesIO(member)):
+        return rec, rec.content_stream().read()
+    raise ValueError("no record")
+
+
+def decode_member(member: bytes) -> bytes:
+    return gzip.decompress(member)
+
+
+@dataclass
+class Dedup:
+    """Payload digests already written in response records by this writer, with the
+    record they are in (id, URI, date), the newest `limit` kept."""
+
+    limit: int
+    seen: dict[str, tuple[str, str, str]] = field(default_factory=dict)
+
+    def get(self, digest: str) -> tuple[str, str, str] | None:
+        return self.seen.get(digest)
+
+    def add(self, digest: str, ref: tuple[str, str, str]) -> None:
+        if self.limit <= 0:
+            return
+        self.seen[digest] = ref
+        while len(self.seen) > self.limit:
+            del self.seen[next(iter(self.seen))]

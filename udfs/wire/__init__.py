@@ -1,0 +1,1 @@
+"""Wire formats: the Avro schemas' records and the dead-letter record."""
