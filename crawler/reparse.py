@@ -18,14 +18,13 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from udfs.storage.warc_writer import _date_ms
-
 from crawler import warc_tool
 from udfs.core.parse import ParsedPage
 from udfs.core.parsefilters import ParseFilter, load_filters, parse_and_filter
 from udfs.core.reparse import Entry, discovered_records, entry, response_lookup, select
 from udfs.core.urls import UrlPolicy
 from udfs.storage.warc import DEPTH_FIELD, parse_cdxj, read_record, timestamp14
+from udfs.storage.warc_writer import _date_ms
 
 
 def parse_page(body: bytes, url: str, headers: list[tuple[str, str]], cfg: Any,

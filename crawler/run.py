@@ -302,9 +302,8 @@ def _publish_warc_left(cfg) -> None:
     if cfg is None or not cfg["warc.enabled"]:
         return
     try:
-        from udfs.storage.warc_writer import recovering_writer
-
         from udfs.storage.bodies import open_store
+        from udfs.storage.warc_writer import recovering_writer
 
         keys = recovering_writer(cfg, open_store(cfg)).recover()
         if keys:

@@ -23,10 +23,10 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 import psutil
-from udfs.storage.objectstore import s3_client
 
 from crawler.stack import deps
 from udfs.config import TOPIC_KEYS, Config
+from udfs.storage.objectstore import s3_client
 
 LOOPBACK_HOSTS = {"127.0.0.1", "localhost", "::1"}
 

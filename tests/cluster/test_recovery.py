@@ -38,7 +38,6 @@ from datetime import datetime
 from pathlib import Path
 
 import pytest
-from udfs.storage.warc_writer import recovering_writer
 
 from crawler.control import send_command
 from crawler.run import Watcher, publish_seeds, synthetic_overrides
@@ -51,6 +50,7 @@ from udfs.core.partitioning import host_subtask
 from udfs.fetcher.faults import injected
 from udfs.storage.bodies import open_store
 from udfs.storage.warc import read_record, sha256_b32
+from udfs.storage.warc_writer import recovering_writer
 
 MIN_GAP_S = 0.2
 LEASE_TIMEOUT_S = 20

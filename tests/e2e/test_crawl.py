@@ -12,7 +12,6 @@ from collections import Counter
 from itertools import pairwise
 
 import pytest
-from udfs.storage.warc_writer import recovering_writer
 
 from crawler.run import JobProcess, Watcher, publish_seeds, synthetic_overrides
 from crawler.testkit.synthetic_web import SSRF_ADDRESS, SyntheticWeb, build_sites
@@ -22,6 +21,7 @@ from udfs.config import TOPIC_KEYS, load_config
 from udfs.core.recrawl import updated_dup_share
 from udfs.storage.bodies import LocalStore
 from udfs.storage.warc import parse_cdxj, read_record, sha256_b32
+from udfs.storage.warc_writer import recovering_writer
 
 MIN_GAP_S = 0.2
 DUP_PAGES = ("/dup/a", "/dup/b", "/near/a", "/near/b")

@@ -11,7 +11,6 @@ import uuid
 
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.admin import NewTopic
-from udfs.storage.objectstore import s3_client
 
 from crawler.cli import main as crawl
 from crawler.run import JobProcess
@@ -19,6 +18,7 @@ from tests.integration.test_frontier_job import REG, completion_for
 from udfs.core.audit import PREFIX, decode_records, dedupe
 from udfs.core.urls import split_host_key
 from udfs.storage.bodies import S3Store
+from udfs.storage.objectstore import s3_client
 
 
 class BoundedJob(JobProcess):

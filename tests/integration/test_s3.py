@@ -8,6 +8,7 @@ import uuid
 
 import pytest
 from botocore.exceptions import ClientError
+
 from udfs.storage.objectstore import s3_client
 
 

@@ -6,9 +6,8 @@ from __future__ import annotations
 import os
 import uuid
 
-from udfs.storage.objectstore import s3_client
-
 from udfs.storage.bodies import S3Store
+from udfs.storage.objectstore import s3_client
 
 
 def test_s3_store_put_get_and_reuse(cfg):

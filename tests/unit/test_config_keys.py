@@ -1490,9 +1490,8 @@ def p_s3_service(cfg, w):
 
 def p_bucket(cfg, w):
     """The bucket the store writes to, and the one `crawl local up` creates."""
-    from udfs.storage.objectstore import s3_client
-
     import crawler.stack.local as local
+    from udfs.storage.objectstore import s3_client
 
     made: list = []
 

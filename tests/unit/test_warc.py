@@ -14,7 +14,6 @@ from pathlib import Path
 
 import pytest
 from aiohttp import web
-from udfs.storage.warc_writer import WarcWriter, index_members
 
 from crawler import warc_tool
 from crawler.cli import main
@@ -40,6 +39,7 @@ from udfs.storage.warc import (
     sha256_b32,
     surt,
 )
+from udfs.storage.warc_writer import WarcWriter, index_members
 
 T = 1_764_567_890_123  # ms
 PAGE = b"<html><body><a href='/x'>x</a></body></html>"
@@ -485,9 +485,8 @@ def test_a_killed_writers_file_is_recovered_whole_records_only_and_once(tmp_path
 
 
 def test_crawl_warc_recover_publishes_what_a_stopped_fetcher_left(tmp_path, capsys):
-    from udfs.storage.warc_writer import store_identity
-
     from udfs.config import load_config
+    from udfs.storage.warc_writer import store_identity
 
     sets = [f"storage.local_dir={tmp_path / 'store'}", f"warc.temp_dir={tmp_path / 'tmp'}",
             f"local.state_dir={tmp_path / 'state'}"]

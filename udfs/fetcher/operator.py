@@ -139,8 +139,8 @@ class FetchFunction(AsyncFunction):
         import socket
         import uuid
 
-        from udfs.storage.warc_writer import WarcWriter, store_identity
         from udfs.storage.warc import RollPolicy
+        from udfs.storage.warc_writer import WarcWriter, store_identity
 
         subtask = getattr(runtime_context, "get_index_of_this_subtask", lambda: 0)()
         return WarcWriter(
