@@ -10,8 +10,7 @@ import pytest
 from pydantic import BaseModel
 
 from crawler.cli import main
-from udfs import settings
-from udfs.config import ConfigError, load_config, load_defaults
+from udfs.config import ConfigError, load_config, load_defaults, policies
 from udfs.config.schema import Settings
 from udfs.core.fetching import FetchLimits
 from udfs.core.frontier import FrontierConfig
@@ -90,13 +89,13 @@ def test_no_schema_field_has_a_default_of_its_own():
 
 
 @pytest.mark.parametrize("cls, build, section", [
-    (HostPolicy, settings.host_policy, "politeness"),
-    (RobotsPolicy, settings.robots_policy, "robots"),
-    (RecrawlPolicy, settings.recrawl_policy, "recrawl"),
-    (TrapPolicy, settings.trap_policy, "traps"),
-    (FetchLimits, settings.fetch_limits, "fetch"),
-    (ParseLimits, settings.parse_limits, "parse"),
-    (FrontierConfig, settings.frontier_config, "frontier"),
+    (HostPolicy, policies.host_policy, "politeness"),
+    (RobotsPolicy, policies.robots_policy, "robots"),
+    (RecrawlPolicy, policies.recrawl_policy, "recrawl"),
+    (TrapPolicy, policies.trap_policy, "traps"),
+    (FetchLimits, policies.fetch_limits, "fetch"),
+    (ParseLimits, policies.parse_limits, "parse"),
+    (FrontierConfig, policies.frontier_config, "frontier"),
 ])
 def test_core_dataclass_defaults_agree_with_the_defaults_file(cls, build, section):
     """The core's own defaults (used by its tests) are the file's, and every field of a
@@ -111,10 +110,10 @@ def test_a_policy_is_built_alike_from_a_config_its_settings_and_its_dict():
     cfg = load_config(env={}, overrides=["politeness.min_gap_s=3", "fetch.dns_servers=[1.1.1.1]",
                                          "frontier.lookahead_s=0.5"])
     for given in (cfg, cfg.settings, dict(cfg.data)):
-        assert settings.host_policy(given).min_gap_s == 3.0
-        assert settings.fetch_limits(given).dns_servers == ("1.1.1.1",)
-        assert settings.frontier_config(given).lookahead_s == 0.5
-        assert settings.frontier_config(given).host.min_gap_s == 3.0
+        assert policies.host_policy(given).min_gap_s == 3.0
+        assert policies.fetch_limits(given).dns_servers == ("1.1.1.1",)
+        assert policies.frontier_config(given).lookahead_s == 0.5
+        assert policies.frontier_config(given).host.min_gap_s == 3.0
 
 
 def test_env_and_set_values_are_parsed_as_yaml_and_typed_by_the_schema():
