@@ -1,6 +1,6 @@
 """`crawl simulate`: the whole scheduling loop on a virtual clock, against a synthetic web.
 
-Deterministic for a seed. The frontier core (`udfs.core.frontier.Frontier`) grants
+Deterministic for a seed. The frontier core (`crawler.testkit.many_hosts.Frontier`) grants
 leases; a simulated fetcher with a bounded number of slots fetches them from
 a model of many hosts (robots.txt variants, Retry-After, slow and failing
 hosts, redirects, 404s, changing pages) and reports completions; links found

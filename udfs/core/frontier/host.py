@@ -256,10 +256,6 @@ class HostFrontier:
         """The host's durable state except its URLs, as plain data (one keyed value)."""
         return state.host_state(self)
 
-    def changed_urls(self) -> list[tuple[str, tuple[Any, ...] | None]]:
-        """URL states changed since the last call (see UrlQueue.changed)."""
-        return self.queue.changed()
-
     def snapshot(self) -> dict[str, Any]:
         """The host's whole durable state as plain data."""
         return {**self.host_state(), "urls": self.queue.snapshot()}
