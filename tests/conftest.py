@@ -9,6 +9,7 @@ virtualenv (logs belong under a state folder; bytecode caches are fine).
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -27,6 +28,9 @@ ROOT = _HERE.parent
 # still known as ours at the end, and another run's processes are not. A run started
 # inside a run appends its token ("outer:inner"): its processes are the outer's too.
 RUN_ENV = "CRAWL_TEST_RUN"
+# Under pytest-xdist each worker checks its own session; what it finds is left in this
+# folder (made by the controlling session) for the controller to report and fail on.
+REPORTS_ENV = "CRAWL_TEST_REPORTS"
 LEFTOVER_GRACE_S = 15.0  # for processes that are on their way out as the session ends
 _GATEWAY = "org.apache.flink.client.python.PythonGatewayServer"
 
@@ -187,6 +191,8 @@ def pytest_sessionstart(session: pytest.Session) -> None:
         os.close(fd)
         reference = Path(name)
         time.sleep(0.01)  # a file written in the same clock tick is not "newer"
+    if not hasattr(session.config, "workerinput"):  # a session of its own, or xdist's controller
+        os.environ[REPORTS_ENV] = tempfile.mkdtemp(prefix="crawl-test-reports-")
     session.config.stash[_RUN] = _Run(token, before, venv, reference, [])
 
 
@@ -221,6 +227,15 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
             report += [f"  {f}" for f in changed[:30]]
             if len(changed) > 30:
                 report.append(f"  ... and {len(changed) - 30} more")
+    worker = getattr(session.config, "workerinput", None)
+    reports = Path(os.environ.get(REPORTS_ENV, "/nonexistent"))
+    if worker is not None:  # an xdist worker: its controller reports and fails
+        if report and reports.is_dir():
+            (reports / f"{worker['workerid']}.txt").write_text("\n".join(report))
+    elif reports.is_dir():
+        for found in sorted(reports.glob("*.txt")):
+            report += [f"(xdist {found.stem}) {line}" for line in found.read_text().splitlines()]
+        shutil.rmtree(reports, ignore_errors=True)
     if report and session.exitstatus in (pytest.ExitCode.OK,
                                          pytest.ExitCode.NO_TESTS_COLLECTED):
         session.exitstatus = pytest.ExitCode.TESTS_FAILED

@@ -156,9 +156,11 @@ def test_venv_changes_lists_new_files_but_bytecode(tmp_path):
     assert conftest.venv_changes(venv, reference) == [str(venv / "log" / "flink-python.log")]
 
 
-def test_session_fails_on_a_leftover_process(tmp_path):
+@pytest.mark.parametrize("workers", [None, "2"])
+def test_session_fails_on_a_leftover_process(tmp_path, workers):
     """A whole pytest run whose test leaves a process: exit status 1, the pid listed,
-    and the process killed."""
+    and the process killed; also on xdist workers (the fast lane), where the worker that
+    ran the test finds the process and its controller fails the run."""
     pidfile = tmp_path / "orphan.pid"
     (tmp_path / "conftest.py").write_text(textwrap.dedent("""
         import tests.conftest as checks
@@ -176,9 +178,10 @@ def test_session_fails_on_a_leftover_process(tmp_path):
             open({str(pidfile)!r}, "w").write(out.stdout)
     """))
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    xdist = ["-n", workers] if workers else []
     proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                           str(tmp_path)], cwd=tmp_path, env=env, capture_output=True,
-                          text=True, timeout=120)
+                           *xdist, str(tmp_path)], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=120)
     pid = int(pidfile.read_text())
     try:
         assert proc.returncode == 1, proc.stdout + proc.stderr
