@@ -1879,6 +1879,10 @@ EFFECTS: dict[str, Effect] = {
         p_live_hosts, 1000,
         lambda d, c, ch: d == ["http://a.test", "http://b.test", "http://c.test"]
         and c == ["http://c.test"]),
+    "frontier.cache_hosts": Effect(
+        p_live_hosts, 2,
+        lambda d, c, ch: d == ["http://a.test", "http://b.test", "http://c.test"]
+        and c == ["http://b.test", "http://c.test"]),
     # recrawl (days between revisits)
     "recrawl.min_interval_s": Effect(
         revisits("LINK", 1, until_days=6, answer=lambda n: Answer(text=f"v{n}")), 129600.0,

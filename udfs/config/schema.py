@@ -105,6 +105,7 @@ class Frontier(Section):
     clock_idle_ms: Annotated[int, between(100, 60_000)]
     clock_topic: Annotated[str, rule(r.optional_topic_name)]
     cache_urls: Annotated[int, at_least(1000)]
+    cache_hosts: Annotated[int, at_least(1)]
     shard_above_urls: Annotated[int, at_least(0)]
     host_shards: Annotated[int, between(1, 4096)]
     shard_refill_urls: Annotated[int, at_least(1)]

@@ -194,10 +194,8 @@ class Intake(ProcessFunction):
 class FrontierFunction(KeyedProcessFunction):
     """One host per key: discovery, leases, completions, timers."""
 
-    def __init__(self, cfg_data: dict[str, Any], cache_hosts: int = 10_000,
-                 max_grants_per_call: int = 16) -> None:
+    def __init__(self, cfg_data: dict[str, Any], max_grants_per_call: int = 16) -> None:
         self.cfg_data = cfg_data
-        self.cache_hosts = cache_hosts
         self.max_grants = max_grants_per_call
 
     def open(self, ctx) -> None:
@@ -252,7 +250,7 @@ class FrontierFunction(KeyedProcessFunction):
         self.host_state.update(h.save(self.url_state, self.resident, self.segments))
         self.cached_urls += len(h.urls) - before
         # Bounded by hosts and by URLs; a dropped host's state is already in Flink.
-        while len(self.cache) > 1 and (len(self.cache) > self.cache_hosts or
+        while len(self.cache) > 1 and (len(self.cache) > self.cfg.cache_hosts or
                                        self.cached_urls > self.cfg.cache_urls):
             _, old = self.cache.popitem(last=False)
             self.cached_urls -= len(old.urls)

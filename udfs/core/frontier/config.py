@@ -32,6 +32,7 @@ class FrontierConfig:
     max_resident_urls: int = 20_000
     cold_bucket_s: float = 3600.0
     cache_urls: int = 2_000_000  # the frontier job's cache of live hosts, in URLs
+    cache_hosts: int = 10_000  # and in hosts
     # Look-ahead: leases granted before their time (the fetcher holds them until their
     # not_before and enforces the gap at request time), so that a host's pace is not
     # the round trip of lease and completion. Up to max_lookahead_leases beyond the
