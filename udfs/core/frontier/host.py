@@ -25,7 +25,7 @@ from udfs.core.frontier.admission import Admitter
 from udfs.core.frontier.cold import ColdWindow
 from udfs.core.frontier.completion import Completions
 from udfs.core.frontier.config import FrontierConfig
-from udfs.core.frontier.leasing import LeaseBook, spend_budget
+from udfs.core.frontier.leasing import LeaseBook
 from udfs.core.frontier.pacer import Pacer
 from udfs.core.frontier.queue import UrlQueue
 from udfs.core.frontier.robots_gate import RobotsGate
@@ -199,11 +199,9 @@ class HostFrontier:
         def weight() -> float:
             return self.queue.score(u) * host_priority(self.pacer.allowance,
                                                        self.ends.dup_share, self.cfg.recrawl)
-        refused = spend_budget(self.cfg, now, self.budget, self.pacer.policy.daily_budget,
-                               global_budget, weight)
-        if refused is not None:
-            event, again = refused
-            self._count(event)
+        again = self.leases.spend(now, self.budget, self.pacer.policy.daily_budget,
+                                  global_budget, weight)
+        if again is not None:
             self.queue.enqueue(u, again)
             return None
         if self.observer is not None:

@@ -79,6 +79,28 @@ class LeaseBook:
         self._count("leases_granted")
         return lease
 
+    def spend(self, now: float, budget: DailyBudget, host_daily: int,
+              crawl_budget: DailyBudget | None, weight: Callable[[], float]) -> float | None:
+        """Spend one fetch of the host's daily budget and of the crawl's (`crawl_budget`,
+        None: not counted here); None if spent, else when to try again (and the reason is
+        counted). With learned priority, a URL of low `weight` waits while the crawl
+        spends its day's budget faster than the day goes by (recrawl.budget_wait)."""
+        cfg = self.cfg
+        if crawl_budget is not None and cfg.recrawl.learned_priority:
+            wait = budget_wait(crawl_budget.spent(now), cfg.daily_fetch_budget, now, weight())
+            if wait is not None:  # URLs of more weight may spend the budget first
+                self._count("budget_deferred")
+                return wait
+        if budget.take(now, host_daily) is not None:
+            self._count("host_budget_exhausted")
+            return (now // DAY_S + 1) * DAY_S
+        if crawl_budget is not None and crawl_budget.take(now, cfg.daily_fetch_budget) \
+                is not None:
+            budget.used -= 1  # not spent after all
+            self._count("global_budget_exhausted")
+            return (now // DAY_S + 1) * DAY_S
+        return None
+
     def pop(self, lease_id: str) -> Lease | None:
         return self.out.pop(lease_id, None)
 
@@ -91,22 +113,3 @@ class LeaseBook:
 
     def pages_out(self) -> int:
         return sum(1 for lease in self.out.values() if lease.kind is not Kind.ROBOTS)
-
-
-def spend_budget(cfg: FrontierConfig, now: float, budget: DailyBudget, host_daily: int,
-                 crawl_budget: DailyBudget | None, weight: Callable[[], float]
-                 ) -> tuple[str, float] | None:
-    """Spend one fetch of the host's daily budget and of the crawl's (`crawl_budget`,
-    None: not counted here), or say why not (the event to count) and when to try again.
-    With learned priority, a URL of low `weight` waits while the crawl spends its day's
-    budget faster than the day goes by (recrawl.budget_wait)."""
-    if crawl_budget is not None and cfg.recrawl.learned_priority:
-        wait = budget_wait(crawl_budget.spent(now), cfg.daily_fetch_budget, now, weight())
-        if wait is not None:  # URLs of more weight may spend the budget first
-            return "budget_deferred", wait
-    if budget.take(now, host_daily) is not None:
-        return "host_budget_exhausted", (now // DAY_S + 1) * DAY_S
-    if crawl_budget is not None and crawl_budget.take(now, cfg.daily_fetch_budget) is not None:
-        budget.used -= 1  # not spent after all
-        return "global_budget_exhausted", (now // DAY_S + 1) * DAY_S
-    return None
