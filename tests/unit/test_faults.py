@@ -7,17 +7,16 @@ import time
 import pytest
 
 from udfs.config import load_config
-from udfs.config.policies import fault_injector
-from udfs.fetcher.faults import FaultInjector, InjectedCrash, injected
+from udfs.fetcher.faults import FaultInjector, InjectedCrash, fault_injector, injected
 
 
 def faults(tmp_path, **kw) -> FaultInjector | None:
     return fault_injector(load_config(env={}, overrides=[
-        f"faults.{k}={v}" for k, v in {"marker_dir": str(tmp_path), **kw}.items()]))
+        f"faults.{k}={v}" for k, v in {"marker_dir": str(tmp_path), **kw}.items()])["faults"])
 
 
 def test_off_by_default():
-    assert fault_injector(load_config(env={})) is None
+    assert fault_injector(load_config(env={})["faults"]) is None
 
 
 def test_crash_after_response_once_per_url_across_instances(tmp_path):
@@ -46,7 +45,7 @@ def test_drop_completion_once_per_url(tmp_path):
 def test_crash_and_drop_need_a_marker_folder():
     cfg = load_config(env={}, overrides=["faults.drop_completion=x"])
     with pytest.raises(ValueError, match="marker_dir"):
-        fault_injector(cfg)
+        fault_injector(cfg["faults"])
 
 
 def test_parse_delay_stalls(tmp_path):

@@ -11,9 +11,7 @@ policy's policy_version). Every function takes the whole configuration: a `Confi
 from __future__ import annotations
 
 import dataclasses
-import re
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any, TypeVar
 
 from pydantic import BaseModel
@@ -27,7 +25,6 @@ from udfs.core.politeness import HostPolicy
 from udfs.core.recrawl import RecrawlPolicy
 from udfs.core.robots_state import RobotsPolicy
 from udfs.core.traps import TrapPolicy
-from udfs.fetcher.faults import FaultInjector
 
 ConfigLike = Config | Settings | Mapping[str, Any]
 T = TypeVar("T")
@@ -80,19 +77,3 @@ def frontier_config(cfg: ConfigLike) -> FrontierConfig:
     return _build(FrontierConfig, _section(cfg, "frontier"), host=host_policy(cfg),
                   robots=robots_policy(cfg), recrawl=recrawl_policy(cfg),
                   traps=trap_policy(cfg))
-
-
-def fault_injector(cfg: ConfigLike) -> FaultInjector | None:
-    """The fetcher's fault injection (the `faults` section), or None when every fault is
-    off (outside recovery tests)."""
-    faults = _section(cfg, "faults")
-    crash, drop = faults["crash_after_response"], faults["drop_completion"]
-    delay = float(faults["parse_delay_s"])
-    if not crash and not drop and delay <= 0:
-        return None
-    marker = Path(faults["marker_dir"]) if faults["marker_dir"] else None
-    if (crash or drop) and marker is None:
-        raise ValueError("faults.crash_after_response and faults.drop_completion need "
-                         "faults.marker_dir (each fault happens once per URL)")
-    return FaultInjector(re.compile(crash) if crash else None,
-                         re.compile(drop) if drop else None, delay, marker)

@@ -14,7 +14,7 @@
 
 The crash and the drop need `marker_dir` (a restarted task forgets its memory, so
 without it a crash would repeat on every replay). Outside tests nothing here runs:
-`udfs.config.policies.fault_injector` builds none when every fault is off.
+`fault_injector` builds none when every fault is off.
 """
 
 from __future__ import annotations
@@ -23,8 +23,10 @@ import hashlib
 import os
 import re
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 
 class InjectedCrash(RuntimeError):
@@ -66,6 +68,21 @@ class FaultInjector:
     def stall_parse(self) -> None:
         if self.parse_delay_s > 0:
             time.sleep(self.parse_delay_s)  # blocks the caller, as a stuck parse does
+
+
+def fault_injector(faults: Mapping[str, Any]) -> FaultInjector | None:
+    """The injector the `faults` section asks for, or None when every fault is off
+    (outside recovery tests)."""
+    crash, drop = faults["crash_after_response"], faults["drop_completion"]
+    delay = float(faults["parse_delay_s"])
+    if not crash and not drop and delay <= 0:
+        return None
+    marker = Path(faults["marker_dir"]) if faults["marker_dir"] else None
+    if (crash or drop) and marker is None:
+        raise ValueError("faults.crash_after_response and faults.drop_completion need "
+                         "faults.marker_dir (each fault happens once per URL)")
+    return FaultInjector(re.compile(crash) if crash else None,
+                         re.compile(drop) if drop else None, delay, marker)
 
 
 def injected(marker_dir: str | Path, fault: str) -> list[tuple[str, float]]:

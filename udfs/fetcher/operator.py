@@ -29,13 +29,14 @@ from pyflink.common import Row, Types
 from pyflink.datastream.functions import AsyncFunction
 
 from udfs.config import Config
-from udfs.config.policies import fault_injector, fetch_limits, parse_limits
+from udfs.config.policies import fetch_limits, parse_limits
 from udfs.core.addresses import AddressPolicy
 from udfs.core.backqueue import REPORTED, BackQueues, LeaseTiming, Skip
 from udfs.core.fetching import DnsCache
 from udfs.core.ipgate import IpGate, IpPolicy
 from udfs.core.politeness import Pace
 from udfs.core.urls import UrlPolicy
+from udfs.fetcher.faults import fault_injector
 from udfs.fetcher.turns import Turns
 from udfs.wire.avro import AvroDecodeError, registry
 from udfs.wire.deadletter import dead_letter
@@ -97,7 +98,7 @@ class FetchFunction(AsyncFunction):
                               self.limits,
                               dict(e.split("=", 1) for e in cfg["fetch.static_hosts"]))
         self.session = None
-        self.faults = fault_injector(cfg)
+        self.faults = fault_injector(cfg["faults"])
         self.url_policy = UrlPolicy.from_names(cfg["urls.drop_query_params"])
         # A restarted task (attempt > 0) or a job restored from a savepoint replays the
         # leases read since its checkpoint: the incarnation before may have sent them.
