@@ -18,6 +18,7 @@ from udfs.config import Config
 from udfs.core.control import span
 from udfs.core.urls import normalize_url, split_host_key
 from udfs.wire.avro import registry
+from udfs.wire.records import CONTROL, REPLIES, HostCommandRecord
 
 _seq = itertools.count(1)
 DUP_NAMES = {0: "no", 1: "near (SimHash)", 2: "exact"}  # recrawl.Dup
@@ -65,15 +66,19 @@ def send_command(cfg: Config, host_key: str, command: str, *, settings: dict[str
         consumer.seek_to_end(*tps)
         for tp in tps:  # resolve the end now: a reply after this point is ours to read
             consumer.position(tp)
-        sent = producer.send(cfg.topic("control"), reg.encode("host_command", {
+        record: HostCommandRecord = {
             "command_id": command_id, "host_key": host_key, "command": command,
             "version": now_ms, "settings": dict(settings or {}), "url": url,
-            "issued_at_ms": now_ms}), key=host_key.encode()).get(timeout_s)
+            "issued_at_ms": now_ms}
+        sent = producer.send(cfg.topic("control"), CONTROL.encode(reg, record, check=True),
+                             key=host_key.encode()).get(timeout_s)
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             for m in consumer:
-                rec = reg.decode("host_reply", m.value)
-                if rec["command_id"] == command_id:
+                reply = REPLIES.decode(reg, m.value)
+                if reply["command_id"] == command_id:
+                    # What the CLI prints: the reply with its detail as an object.
+                    rec: dict[str, Any] = dict(reply)
                     rec["detail"] = json.loads(rec.pop("detail_json") or "{}")
                     if durable:
                         rec["durable"] = _wait_committed(

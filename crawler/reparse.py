@@ -21,10 +21,11 @@ from typing import Any
 from crawler import warc_tool
 from udfs.core.parse import ParsedPage
 from udfs.core.parsefilters import ParseFilter, load_filters, parse_and_filter
-from udfs.core.reparse import Entry, discovered_records, entry, response_lookup, select
+from udfs.core.reparse import Entry, entry, response_lookup, select
 from udfs.core.urls import UrlPolicy
 from udfs.storage.warc import DEPTH_FIELD, parse_cdxj, read_record, timestamp14
 from udfs.storage.warc_writer import _date_ms
+from udfs.wire.records import DISCOVERED, DiscoveredUrls, host_of, page_links
 
 
 def parse_page(body: bytes, url: str, headers: list[tuple[str, str]], cfg: Any,
@@ -84,7 +85,7 @@ def _entries(store: Any, prefix: str, only: Iterable[str]) -> tuple[list[Entry],
     return out, files
 
 
-def reparse(cfg: Any, store: Any, send: Callable[[str, dict[str, Any]], None] | None, *,
+def reparse(cfg: Any, store: Any, send: Callable[[str, DiscoveredUrls], None] | None, *,
             since: str | None = None, until: str | None = None,
             files: Iterable[str] = (), now_ms: int | None = None) -> Report:
     """Parse the selected pages of the crawl's WARC files; `send(host_key, record)` each
@@ -128,10 +129,10 @@ def reparse(cfg: Any, store: Any, send: Callable[[str, dict[str, Any]], None] | 
         report.links += len(page.links)
         report.distinct.update(page.links)
         report.pages.append((e.url, len(page.links), page.truncated))
-        for record in discovered_records(e.url, depth, page.links, now_ms):
+        for record in page_links(e.url, depth, page.links, now_ms):
             report.records += 1
             if send is not None:
-                send(record["host_key"], record)
+                send(host_of(record), record)
     return report
 
 
@@ -142,7 +143,7 @@ def _ts(warc_date: str | None) -> str:
     return timestamp14(_date_ms(warc_date))
 
 
-def kafka_sender(cfg: Any) -> tuple[Callable[[str, dict[str, Any]], None], Callable[[], None]]:
+def kafka_sender(cfg: Any) -> tuple[Callable[[str, DiscoveredUrls], None], Callable[[], None]]:
     """(send, close) of DiscoveredUrls records to the crawl's discovered topic, keyed by
     host_key; close flushes (and raises if a record was not delivered)."""
     from kafka import KafkaProducer
@@ -155,8 +156,8 @@ def kafka_sender(cfg: Any) -> tuple[Callable[[str, dict[str, Any]], None], Calla
                              request_timeout_ms=cfg["kafka.request_timeout_ms"], acks="all")
     futures = []
 
-    def send(host_key: str, record: dict[str, Any]) -> None:
-        futures.append(producer.send(topic, reg.encode("discovered", record),
+    def send(host_key: str, record: DiscoveredUrls) -> None:
+        futures.append(producer.send(topic, DISCOVERED.encode(reg, record, check=True),
                                      key=host_key.encode()))
 
     def close() -> None:

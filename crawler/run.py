@@ -20,8 +20,10 @@ from pathlib import Path
 
 from udfs.config import Config, load_config
 from udfs.core.parse import group_by_host
+from udfs.core.records import DiscoverySource
 from udfs.core.urls import UrlPolicy, normalize_url
 from udfs.wire.avro import registry
+from udfs.wire.records import DISCOVERED, links_record, plain_link
 
 # What an operator may seed: pages, and sitemap files (the frontier reads those as
 # sitemaps and seeds their entries; see udfs/frontier/pipeline.py).
@@ -34,7 +36,7 @@ def url_lines(path: str | os.PathLike[str]) -> list[str]:
         return [s for line in fh if (s := line.strip()) and not s.startswith("#")]
 
 
-def publish_seeds(cfg: Config, urls: Iterable[str], source: str = "SEED"
+def publish_seeds(cfg: Config, urls: Iterable[str], source: DiscoverySource = "SEED"
                   ) -> tuple[int, list[str]]:
     """Send seeds to crawl.discovered, one record per host (key host_key). `source`:
     "SEED" for pages, "SEED_SITEMAP" for sitemap files.
@@ -60,11 +62,9 @@ def publish_seeds(cfg: Config, urls: Iterable[str], source: str = "SEED"
     try:
         now = int(time.time() * 1000)
         for host_key, host_urls in group_by_host(good).items():
-            record = {"host_key": host_key, "source": source, "parent_url": None, "depth": 0,
-                      "redirect_hops": 0, "discovered_at_ms": now,
-                      "links": [{"url": u, "lastmod_ms": None, "priority": None}
-                                for u in host_urls]}
-            producer.send(cfg.topic("discovered"), reg.encode("discovered", record),
+            record = links_record(host_key, source, None, 0, now,
+                                  [plain_link(u) for u in host_urls])
+            producer.send(cfg.topic("discovered"), DISCOVERED.encode(reg, record, check=True),
                           key=host_key.encode())
         producer.flush()
     finally:

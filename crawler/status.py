@@ -275,6 +275,7 @@ def busiest_hosts(cfg: Config, window_s: int = LEASE_WINDOW_S, per_partition: in
     from kafka.errors import KafkaError
 
     from udfs.wire.avro import registry
+    from udfs.wire.records import LEASES
 
     topic = cfg.topic("leases")
     reg = registry()
@@ -311,7 +312,7 @@ def busiest_hosts(cfg: Config, window_s: int = LEASE_WINDOW_S, per_partition: in
                         continue
                     records += 1
                     try:
-                        counts[reg.decode("lease", m.value)["host_key"]] += 1
+                        counts[LEASES.decode(reg, m.value)["host_key"]] += 1
                     except Exception:  # noqa: BLE001 an unreadable record: not a lease
                         continue
             want = {tp: end for tp, end in want.items() if consumer.position(tp) < end}

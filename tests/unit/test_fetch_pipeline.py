@@ -9,19 +9,21 @@ from dataclasses import replace
 from udfs.core.addresses import AddressPolicy
 from udfs.core.fetching import DnsCache, FetchLimits
 from udfs.core.fingerprints import url_id
+from udfs.core.records import Kind, Lease
 from udfs.fetcher.client import make_session
 from udfs.fetcher.pipeline import FetchContext, process_lease
+from udfs.frontier.pipeline import lease_record
 from udfs.storage.bodies import LocalStore
 from udfs.wire.avro import registry
+from udfs.wire.records import LeaseRecord
 
 LIMITS = replace(FetchLimits(), read_timeout_s=1.0, total_timeout_s=5.0)
 REG = registry()
 
 
-def lease(url, host_key, kind="PAGE", depth=0):
-    return {"lease_id": "L1", "url_id": url_id(url), "url_version": 3, "attempt": 1,
-            "issued_at_ms": 0, "expires_at_ms": 300_000, "url": url, "host_key": host_key,
-            "kind": kind, "depth": depth, "etag": None, "last_modified": None}
+def lease(url: str, host_key: str, kind: str = "PAGE", depth: int = 0) -> LeaseRecord:
+    return lease_record(Lease("L1", url_id(url), 3, 1, 0.0, 300.0, url, host_key, Kind(kind),
+                              depth))
 
 
 def run_leases(web, tmp_path, leases):

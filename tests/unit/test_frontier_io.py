@@ -7,6 +7,7 @@ import pytest
 from udfs.config import load_config
 from udfs.core.addresses import AddressPolicy
 from udfs.core.frontier import FrontierConfig, HostFrontier, Kind, Outcome
+from udfs.core.records import DiscoverySource
 from udfs.core.urls import UrlPolicy
 from udfs.frontier.pipeline import (
     discovered_records,
@@ -16,6 +17,7 @@ from udfs.frontier.pipeline import (
     lease_record,
 )
 from udfs.wire.avro import load_examples, registry
+from udfs.wire.records import DiscoveredUrls, links_record, plain_link
 
 REG = registry()
 
@@ -23,9 +25,12 @@ REG = registry()
 def test_intake_normalizes_regroups_and_flags_sitemaps():
     record = {"host_key": "http://wrong.example", "source": "ROBOTS_SITEMAP", "parent_url": None,
               "depth": 2, "redirect_hops": 1, "discovered_at_ms": 0, "links": [
-                  {"url": "HTTP://A.example:80/x#f", "lastmod_ms": None, "priority": 0.7},
-                  {"url": "https://b.example/y?utm_source=z", "lastmod_ms": 5, "priority": None},
-                  {"url": "javascript:alert(1)", "lastmod_ms": None, "priority": None}]}
+                  {"url": "HTTP://A.example:80/x#f", "lastmod_ms": None, "priority": 0.7,
+                   "changefreq": None},
+                  {"url": "https://b.example/y?utm_source=z", "lastmod_ms": 5, "priority": None,
+                   "changefreq": None},
+                  {"url": "javascript:alert(1)", "lastmod_ms": None, "priority": None,
+                   "changefreq": None}]}
     found = intake(record, UrlPolicy.from_names(load_config()["urls.drop_query_params"]))
     groups, invalid = found.groups, found.invalid
     assert set(groups) == {"http://a.example", "https://b.example"}
@@ -39,10 +44,10 @@ def test_intake_normalizes_regroups_and_flags_sitemaps():
     assert kept == "https://b.example/y?utm_source=z"
 
 
-def _links(*urls: str, source: str = "LINK") -> dict:
-    return {"host_key": None, "source": source, "parent_url": None, "depth": 0,
-            "redirect_hops": 0, "discovered_at_ms": 0,
-            "links": [{"url": u, "lastmod_ms": None, "priority": None} for u in urls]}
+def _links(*urls: str, source: DiscoverySource = "LINK") -> DiscoveredUrls:
+    record = links_record("", source, None, 0, 0, [plain_link(u) for u in urls])
+    record["host_key"] = None  # an old producer's: the intake finds the hosts
+    return record
 
 
 # Every IP-literal form the WHATWG parser turns into a forbidden address.

@@ -245,7 +245,7 @@ def test_intake_carries_sitemap_lastmod_and_changefreq():
     found = intake({"source": "SITEMAP", "depth": 1, "redirect_hops": 0, "links": [
         {"url": H + "/a", "lastmod_ms": 1_764_480_000_000, "priority": 0.7,
          "changefreq": "daily"},
-        {"url": H + "/b", "lastmod_ms": None, "priority": None}]})
+        {"url": H + "/b", "lastmod_ms": None, "priority": None, "changefreq": None}]})
     a, b = found.groups[H]
     assert (a["lastmod"], a["changefreq"], a["priority"]) == (1_764_480_000.0, "daily", 0.7)
     assert (b["lastmod"], b["changefreq"]) == (None, None)

@@ -55,7 +55,8 @@ def userfilters(tmp_path, monkeypatch):
 def record(*urls: str, depth: int = 1, source: str = "LINK") -> dict:
     return {"host_key": None, "source": source, "parent_url": "http://p.test/", "depth": depth,
             "redirect_hops": 0, "discovered_at_ms": 0,
-            "links": [{"url": u, "lastmod_ms": None, "priority": None} for u in urls]}
+            "links": [{"url": u, "lastmod_ms": None, "priority": None, "changefreq": None}
+                      for u in urls]}
 
 
 def test_entry_syntax():

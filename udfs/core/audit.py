@@ -24,7 +24,7 @@ import datetime as dt
 import gzip
 import hashlib
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 PREFIX = "audit/"
@@ -39,7 +39,7 @@ FIELDS = ("url", "url_id", "url_version", "attempt", "lease_id", "host_key", "ki
 POSITION = ("topic", "partition", "offset")
 
 
-def audit_record(completion: dict[str, Any], topic: str, partition: int, offset: int
+def audit_record(completion: Mapping[str, Any], topic: str, partition: int, offset: int
                  ) -> dict[str, Any]:
     """The audit record of one Completion (a decoded crawl.completions record) read at
     (topic, partition, offset)."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 from enum import StrEnum
 from operator import attrgetter
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 from udfs.core.politeness import Pace
 from udfs.core.recrawl import Change
@@ -55,6 +55,12 @@ class Outcome(StrEnum):
     # memory) or killed the parser (completion v3): visited, nothing kept, a trap trigger
     # of its host (event trap_parse_timeout), revisited after the failed-visit interval.
     PARSE_TIMEOUT = "PARSE_TIMEOUT"
+
+
+# How URLs were found (the DiscoveredUrls record's source). ROBOTS_SITEMAP and
+# SEED_SITEMAP mark sitemap files: read as sitemaps, not indexed.
+DiscoverySource = Literal["SEED", "LINK", "SITEMAP", "REDIRECT", "ROBOTS_SITEMAP",
+                          "UNKNOWN", "SEED_SITEMAP"]
 
 
 RETRYABLE = frozenset({Outcome.SERVER_ERROR, Outcome.DNS_ERROR, Outcome.CONNECT_ERROR,
@@ -159,7 +165,7 @@ class CompletionResult:
     index: bool = False  # emit an index event (an accepted 2xx with a body)
     change: Change | None = None
     url: str | None = None
-    discovered: list[tuple[str, int, int, str]] = field(default_factory=list)
+    discovered: list[tuple[str, int, int, DiscoverySource]] = field(default_factory=list)
     # (url, depth, redirect_hops, source) for redirect targets and robots sitemaps
     reason: str = ""
     state: UrlState | None = None  # the URL after an accepted completion (it may be cold)

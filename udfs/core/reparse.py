@@ -20,7 +20,6 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from udfs.core.fetching import HTML_TYPES
-from udfs.core.parse import group_by_host
 
 # Index lines of records that may hold a page to parse: a 200 response of an HTML type
 # (or none, as the fetcher accepts: no mime field, or "unk" in older indexes), or a
@@ -83,12 +82,3 @@ def response_lookup(entries: Iterable[Entry]) -> dict[tuple[str, str], Entry]:
     and WARC-Refers-To-Date name."""
     return {(e.url, e.timestamp): e for e in entries if not e.revisit}
 
-
-def discovered_records(url: str, depth: int, links: list[str], now_ms: int
-                       ) -> list[dict[str, Any]]:
-    """The DiscoveredUrls records of one page's links, as the fetcher sends them
-    (udfs/fetcher/pipeline.py): source LINK, parent the page, one record per target host."""
-    return [{"host_key": host_key, "source": "LINK", "parent_url": url, "depth": depth + 1,
-             "redirect_hops": 0, "discovered_at_ms": now_ms,
-             "links": [{"url": u, "lastmod_ms": None, "priority": None} for u in urls]}
-            for host_key, urls in group_by_host(links).items()]

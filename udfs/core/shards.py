@@ -34,7 +34,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from udfs.core.coldqueue import ColdIndex, ColdQueue, KeyValue
 from udfs.core.fingerprints import url_ids
@@ -59,11 +59,16 @@ def shard_of(url: str, shards: int) -> int:
     return int.from_bytes(digest, "big") % shards
 
 
+# PUT: URLs the owner gives a shard; PULL: the owner asks a shard for some; REFILL: a
+# shard's answer, with its URLs (to the owner).
+TransferKind = Literal["PUT", "PULL", "REFILL"]
+
+
 @dataclass
 class Transfer:
     """One message between an owner and a shard (the shards topic's record)."""
 
-    kind: str  # "PUT" (owner → shard), "PULL" (owner → shard), "REFILL" (shard → owner)
+    kind: TransferKind
     host_key: str
     shard: int
     urls: list[tuple[str, Any]] = field(default_factory=list)  # (url, saved URL state)

@@ -7,6 +7,7 @@ from typing import Any
 from udfs.core.parsefilters import filter_names
 from udfs.core.selfcheck import BREACHES, OUTCOME_CLASSES, PolitenessSelfCheck, outcome_class
 from udfs.fetcher.pipeline import PARSE_BUCKETS_S, PageStats
+from udfs.wire.records import Completion
 
 
 class FetcherMetrics:
@@ -59,7 +60,7 @@ class FetcherMetrics:
             group.gauge("warc_bytes_published_total", lambda: w.bytes_published)
             group.gauge("warc_write_microseconds_sum", lambda: w.write_us)
 
-    def count(self, completion: dict[str, Any]) -> None:
+    def count(self, completion: Completion) -> None:
         """One completion: its outcome class and its bytes."""
         cls = outcome_class(completion["outcome"], completion["http_status"])
         self.outcomes[cls] += 1

@@ -25,6 +25,7 @@ import time
 from dataclasses import replace
 from typing import Any
 
+import aiohttp
 from pyflink.common import Row, Types
 from pyflink.datastream.functions import AsyncFunction
 
@@ -40,6 +41,7 @@ from udfs.fetcher.faults import fault_injector
 from udfs.fetcher.turns import Turns
 from udfs.wire.avro import AvroDecodeError, registry
 from udfs.wire.deadletter import dead_letter
+from udfs.wire.records import COMPLETIONS, DISCOVERED, LEASES, Completion, LeaseRecord, host_of
 
 FETCH_OUTPUT = Types.ROW_NAMED(["dest", "key", "value"], [
     Types.STRING(), Types.PRIMITIVE_ARRAY(Types.BYTE()), Types.PRIMITIVE_ARRAY(Types.BYTE())])
@@ -48,7 +50,7 @@ FETCH_OUTPUT = Types.ROW_NAMED(["dest", "key", "value"], [
 IDLE_SLOT_S = 900.0
 
 
-def lease_timing(lease: dict[str, Any]) -> LeaseTiming:
+def lease_timing(lease: LeaseRecord) -> LeaseTiming:
     """The back queue's view of a LeaseRecord (milliseconds to seconds)."""
     return LeaseTiming(
         lease["lease_id"], lease["host_key"], lease["issued_at_ms"] / 1000.0,
@@ -58,8 +60,8 @@ def lease_timing(lease: dict[str, Any]) -> LeaseTiming:
              lease["max_in_flight"]), lease["throttle_seq"])
 
 
-def not_sent(lease: dict[str, Any], reason: Skip, now: float, start_at: float | None
-             ) -> dict[str, Any]:
+def not_sent(lease: LeaseRecord, reason: Skip, now: float, start_at: float | None
+             ) -> Completion:
     """The Completion record of a lease this fetcher did not send (and knows no one did);
     retry_after: seconds until the host could be asked, as far as this fetcher knows."""
     wait = None if start_at is None or start_at <= now + 1 else str(math.ceil(start_at - now))
@@ -72,6 +74,7 @@ def not_sent(lease: dict[str, Any], reason: Skip, now: float, start_at: float | 
         "content_type": None, "body_sha256": None, "body_bytes": None, "object_key": None,
         "text_sha256": None, "simhash": None, "canonical_url": None, "noindex": False,
         "nofollow": False, "links_count": 0, "body": None, "error": reason.value,
+        "warc_filename": None, "warc_offset": None, "warc_length": None,
     }
 
 
@@ -97,7 +100,7 @@ class FetchFunction(AsyncFunction):
         self.cache = DnsCache(AddressPolicy.from_networks(cfg["fetch.allowed_networks"]),
                               self.limits,
                               dict(e.split("=", 1) for e in cfg["fetch.static_hosts"]))
-        self.session = None
+        self.session: aiohttp.ClientSession | None = None  # made on the first lease
         self.faults = fault_injector(cfg["faults"])
         self.url_policy = UrlPolicy.from_names(cfg["urls.drop_query_params"])
         # A restarted task (attempt > 0) or a job restored from a savepoint replays the
@@ -177,21 +180,20 @@ class FetchFunction(AsyncFunction):
                                           error_type=error_type, payload=raw,
                                           now_ms=int(time.time() * 1000)))
 
-    def _page_dead(self, lease: dict[str, Any], raw: bytes, stage: str, reason: str,
+    def _page_dead(self, lease: LeaseRecord, raw: bytes, stage: str, reason: str,
                    error_type: str) -> Row:
         """A dead letter about one lease's page, keyed by its host, the lease as payload."""
         return Row("X", lease["host_key"].encode(), dead_letter(
             self.reg, stage=stage, reason=reason, error_type=error_type, payload=raw,
             url=lease["url"], host_key=lease["host_key"], now_ms=int(time.time() * 1000)))
 
-    def _skipped(self, lease: dict[str, Any], timing: LeaseTiming, reason: Skip) -> list:
+    def _skipped(self, lease: LeaseRecord, timing: LeaseTiming, reason: Skip) -> list[Row]:
         if reason not in REPORTED:
             return []  # replayed (it expires and is re-let) or a duplicate record
         now = time.time()
         record = not_sent(lease, reason, now, self.turns.queues.start_at(timing, now))
         self.metrics.count(record)
-        return [Row("C", lease["host_key"].encode(),
-                    self.reg.encode("completion", record, check=False))]
+        return [Row("C", lease["host_key"].encode(), COMPLETIONS.encode(self.reg, record))]
 
     async def async_invoke(self, value):
         """Hand the lease to the engine (a tick: nothing) and return what it has done."""
@@ -219,7 +221,7 @@ class FetchFunction(AsyncFunction):
 
         raw = bytes(value[1])
         try:
-            lease = self.reg.decode("lease", raw)
+            lease = LEASES.decode(self.reg, raw)
         except AvroDecodeError as exc:
             return [self._dead(raw, str(exc), type(exc).__name__)]
         timing = lease_timing(lease)
@@ -244,7 +246,7 @@ class FetchFunction(AsyncFunction):
                 return self._skipped(lease, timing, skip)
         started = time.time()
         self.turns.started(timing, started)
-        completion = None
+        completion: Completion | None = None
         try:
             remaining = timing.expires_at - started
             limits = self.limits if remaining > self.limits.total_timeout_s + 1 else \
@@ -264,7 +266,7 @@ class FetchFunction(AsyncFunction):
         self.metrics.count(completion)
         # Written as completion v3 (the WARC record's location, PARSE_TIMEOUT): the frontier
         # is upgraded first (README, "Upgrading across completion v3").
-        out = [Row("C", host.encode(), self.reg.encode("completion", completion, check=False))]
+        out = [Row("C", host.encode(), COMPLETIONS.encode(self.reg, completion))]
         if completion["outcome"] in ("PARSE_TIMEOUT", "PARSE_ERROR"):
             # A page the parser could not finish: recorded and skipped, its URL and reason
             # in a dead letter (the body is in storage).
@@ -279,7 +281,7 @@ class FetchFunction(AsyncFunction):
                                        "ParseFilterError"))
         if self.faults is not None and self.faults.drops_completion(lease["url"]):
             out = []
-        out += [Row("D", d["host_key"].encode(), self.reg.encode("discovered", d, check=False))
+        out += [Row("D", host_of(d).encode(), DISCOVERED.encode(self.reg, d))
                 for d in discovered]
         return out
 

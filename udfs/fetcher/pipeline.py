@@ -24,12 +24,13 @@ import aiohttp
 from udfs.core.fetching import FetchLimits
 from udfs.core.fingerprints import to_signed64
 from udfs.core.parse import LimitKind, ParsedPage, group_by_host, parse_html
-from udfs.core.records import Kind, Outcome
+from udfs.core.records import DiscoverySource, Kind, Outcome
 from udfs.core.sitemaps import parse_sitemap
 from udfs.core.urls import UrlPolicy, normalize_url
 from udfs.fetcher.client import fetch
 from udfs.fetcher.faults import FaultInjector
 from udfs.storage.bodies import ObjectStore
+from udfs.wire.records import Completion, DiscoveredUrls, LeaseRecord, links_record, page_links
 
 # Parse-time buckets (seconds) of the parse_seconds histogram: an HTML page parses in
 # milliseconds; a slow one (a huge or pathological page) in up to seconds.
@@ -88,19 +89,13 @@ class FetchContext:
     parse_filter_error: tuple[str, str] | None = None
 
 
-def _discovered(host_key: str, source: str, parent: str, depth: int, now_ms: int,
-                links: list[dict[str, Any]]) -> dict[str, Any]:
-    return {"host_key": host_key, "source": source, "parent_url": parent, "depth": depth,
-            "redirect_hops": 0, "discovered_at_ms": now_ms, "links": links}
-
-
-async def process_lease(lease: dict[str, Any], ctx: FetchContext
-                        ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+async def process_lease(lease: LeaseRecord, ctx: FetchContext
+                        ) -> tuple[Completion, list[DiscoveredUrls]]:
     """(Completion record, DiscoveredUrls records) for one LeaseRecord."""
     kind = Kind(lease["kind"])
     url = lease["url"]
     resp = await fetch(ctx.session, url, kind, ctx.limits, ctx.user_agent,
-                       lease.get("etag"), lease.get("last_modified"),
+                       lease["etag"], lease["last_modified"],
                        keep_exchange=ctx.warc is not None)
     now_ms = ctx.clock_ms()
     where = None  # the WARC record's location (udfs.storage.warc.Location)
@@ -110,11 +105,11 @@ async def process_lease(lease: dict[str, Any], ctx: FetchContext
         from udfs.storage.warc import Fetch
 
         record = Fetch(url, lease["lease_id"], lease["url_version"], lease["attempt"],
-                       now_ms, resp.exchange, depth=lease.get("depth"))
+                       now_ms, resp.exchange, depth=lease["depth"])
         resp.exchange = None  # the payload is not held twice
         where = await asyncio.wrap_future(ctx.warc.submit(ctx.warc.write, record))
     h = resp.headers
-    completion: dict[str, Any] = {
+    completion: Completion = {
         "lease_id": lease["lease_id"], "url_id": lease["url_id"],
         "url_version": lease["url_version"], "attempt": lease["attempt"], "url": url,
         "host_key": lease["host_key"], "kind": kind.value, "outcome": resp.outcome.value,
@@ -133,7 +128,7 @@ async def process_lease(lease: dict[str, Any], ctx: FetchContext
         "warc_offset": where.offset if where else None,
         "warc_length": where.length if where else None,
     }
-    discovered: list[dict[str, Any]] = []
+    discovered: list[DiscoveredUrls] = []
     if resp.outcome is not Outcome.OK:
         return completion, discovered
     body = resp.body
@@ -142,17 +137,18 @@ async def process_lease(lease: dict[str, Any], ctx: FetchContext
         completion["body"] = body
         return completion, discovered
     if kind is Kind.SITEMAP:
-        result = parse_sitemap(body, base_url=url, url_policy=ctx.url_policy,
-                               max_bytes=ctx.limits.max_sitemap_bytes)
-        source = "ROBOTS_SITEMAP" if result.kind == "sitemapindex" else "SITEMAP"
-        for host_key, urls in group_by_host(e.url for e in result.entries).items():
-            meta = {e.url: e for e in result.entries}
-            discovered.append(_discovered(host_key, source, url, lease["depth"], now_ms, [
+        sitemap = parse_sitemap(body, base_url=url, url_policy=ctx.url_policy,
+                                max_bytes=ctx.limits.max_sitemap_bytes)
+        source: DiscoverySource = "ROBOTS_SITEMAP" if sitemap.kind == "sitemapindex" \
+            else "SITEMAP"
+        meta = {e.url: e for e in sitemap.entries}
+        for host_key, urls in group_by_host(e.url for e in sitemap.entries).items():
+            discovered.append(links_record(host_key, source, url, lease["depth"], now_ms, [
                 {"url": u, "lastmod_ms": meta[u].lastmod_ms, "priority": meta[u].priority,
                  "changefreq": meta[u].changefreq} for u in urls]))
-        completion["links_count"] = len(result.entries)
-        if result.errors:
-            completion["error"] = "; ".join(result.errors)[:1000]
+        completion["links_count"] = len(sitemap.entries)
+        if sitemap.errors:
+            completion["error"] = "; ".join(sitemap.errors)[:1000]
         return completion, discovered
     # A page: keep the raw bytes first (blocking I/O off the event loop), so a parse
     # that fails loses nothing; then parse, in the task's parser processes.
@@ -160,7 +156,7 @@ async def process_lease(lease: dict[str, Any], ctx: FetchContext
     stats.backlog += 1
     try:
         sha, key, written = await asyncio.get_running_loop().run_in_executor(
-            None, ctx.store.put_body, body, lease.get("storage_tier", "standard"))
+            None, ctx.store.put_body, body, lease["storage_tier"])
         if written:
             stats.stored_bytes += len(body)
         page: ParsedPage | None
@@ -198,8 +194,5 @@ async def process_lease(lease: dict[str, Any], ctx: FetchContext
         "noindex": page.noindex, "nofollow": page.nofollow, "links_count": len(page.links),
         "error": page.error,
     })
-    for host_key, urls in group_by_host(page.links).items():
-        discovered.append(_discovered(host_key, "LINK", url, lease["depth"] + 1, now_ms,
-                                      [{"url": u, "lastmod_ms": None, "priority": None}
-                                       for u in urls]))
+    discovered += page_links(url, lease["depth"], page.links, now_ms)
     return completion, discovered

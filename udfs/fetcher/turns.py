@@ -18,6 +18,7 @@ from udfs.core.fetching import DnsCache
 from udfs.core.ipgate import IpGate
 from udfs.core.politeness import parse_retry_after
 from udfs.core.selfcheck import PolitenessSelfCheck
+from udfs.wire.records import Completion, LeaseRecord
 
 
 class Turns:
@@ -69,7 +70,7 @@ class Turns:
                 except TimeoutError:
                     pass
 
-    async def wait_address(self, lease: dict[str, Any], timing: LeaseTiming
+    async def wait_address(self, lease: LeaseRecord, timing: LeaseTiming
                            ) -> tuple[str | None, Skip | None]:
         """Hold a request its host allows until its server's address allows it too, then
         count it there: (the address, None). (None, None): the name does not resolve to
@@ -109,7 +110,7 @@ class Turns:
         self.selfcheck.start(timing.host_key, at, timing.pace.gap_s, timing.pace.max_in_flight)
 
     async def release(self, timing: LeaseTiming, started: float,
-                      completion: dict | None, sent: bool = True) -> None:
+                      completion: Completion | None, sent: bool = True) -> None:
         """The request is over: its host's next request may follow after the gap. The
         gap runs from now (after storing and parsing: never shorter than from the
         response), and the duration rule uses the request's own duration — the one the

@@ -58,6 +58,7 @@ from udfs.config import Config
 from udfs.core.audit import audit_objects, audit_record
 from udfs.flink.runtime import KafkaIO
 from udfs.wire.avro import AvroDecodeError, registry
+from udfs.wire.records import COMPLETIONS
 
 log = logging.getLogger(__name__)
 
@@ -96,7 +97,7 @@ class AuditWriter(KeyedCoProcessFunction):
     # No output: each returns None, which Flink reads as no records.
     def process_element1(self, row, ctx) -> None:
         try:
-            completion = self.reg.decode("completion", bytes(row[1]))
+            completion = COMPLETIONS.decode(self.reg, bytes(row[1]))
         except AvroDecodeError:
             self.unreadable.inc()  # the intake dead-letters it, whole
             return

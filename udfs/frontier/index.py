@@ -8,7 +8,6 @@ makes them); the last band encodes the event for the index topic.
 from __future__ import annotations
 
 import pickle
-from typing import Any
 
 from pyflink.common import Row, Types
 from pyflink.datastream import KeyedProcessFunction
@@ -16,6 +15,7 @@ from pyflink.datastream.state import MapStateDescriptor, ValueStateDescriptor
 
 from udfs.core.fingerprints import band_keys, from_signed64, hamming
 from udfs.wire.avro import registry
+from udfs.wire.records import INDEX, IndexEvent
 
 
 class ContentDedup(KeyedProcessFunction):
@@ -29,7 +29,7 @@ class ContentDedup(KeyedProcessFunction):
         self.duplicates = group.counter("exact_duplicates_total")
 
     def process_element(self, row, ctx):
-        event = pickle.loads(row[1])
+        event: IndexEvent = pickle.loads(row[1])
         owner = self.first.value()
         self.events.inc()
         if owner is None:
@@ -40,7 +40,7 @@ class ContentDedup(KeyedProcessFunction):
         yield Row(near_key(event, 0), pickle.dumps(event))
 
 
-def near_key(event: dict[str, Any], band: int, k: int = 3) -> str:
+def near_key(event: IndexEvent, band: int, k: int = 3) -> str:
     """The key of an index event for near-duplicate band `band` (its band value), or its
     url_id when it has no SimHash (then it passes the band unchanged)."""
     if event["simhash"] is None:
@@ -68,7 +68,7 @@ class NearDuplicateBand(KeyedProcessFunction):
             if self.band == self.k else None
 
     def process_element(self, row, ctx):
-        event = pickle.loads(row[1])
+        event: IndexEvent = pickle.loads(row[1])
         if event["simhash"] is not None and row[0].startswith("b"):
             fp = from_signed64(event["simhash"])
             if event["near_duplicate_of"] is None:
@@ -84,7 +84,6 @@ class NearDuplicateBand(KeyedProcessFunction):
         if self.band < self.k:
             yield Row(near_key(event, self.band + 1, self.k), pickle.dumps(event))
         else:
-            if event["near_duplicate_of"] is not None:
+            if event["near_duplicate_of"] is not None and self.near is not None:
                 self.near.inc()
-            yield Row(event["url_id"].encode(),
-                      self.reg.encode("index_event", event, check=False))
+            yield Row(event["url_id"].encode(), INDEX.encode(self.reg, event))

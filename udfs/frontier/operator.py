@@ -47,6 +47,8 @@ from udfs.core.urls import UrlPolicy, split_host_key
 from udfs.flink.runtime import ROW_KEY_VALUE
 from udfs.frontier.metrics import FrontierMetrics
 from udfs.frontier.pipeline import (
+    DuplicateFeedback,
+    NewUrl,
     discovered_records,
     duplicate_feedback,
     fetch_result,
@@ -57,6 +59,7 @@ from udfs.frontier.pipeline import (
     transfer_from_record,
     transfer_record,
 )
+from udfs.wire import records
 from udfs.wire.avro import AvroDecodeError, registry
 from udfs.wire.deadletter import dead_letter
 
@@ -76,7 +79,7 @@ INDEX = OutputTag("index", INDEX_INPUT)
 
 def transfer_row(reg: Any, t: Transfer) -> Row:
     """A hot host's move as a shards-topic row, keyed by the key that receives it."""
-    return Row(t.target.encode(), reg.encode("shard_transfer", transfer_record(t), check=False))
+    return Row(t.target.encode(), records.SHARDS.encode(reg, transfer_record(t)))
 
 
 def _now() -> float:
@@ -152,30 +155,32 @@ class Intake(ProcessFunction):
 
     def process_element(self, row, ctx):
         topic = row[2]
-        schema = {self.discovered_topic: "discovered", self.index_topic: "index_event",
-                  self.control_topic: "host_command",
-                  self.shards_topic: "shard_transfer"}.get(topic, "completion")
+        data = bytes(row[1])
         try:
-            record = self.reg.decode(schema, bytes(row[1]))
+            if topic == self.discovered_topic:
+                discovered = records.DISCOVERED.decode(self.reg, data)
+            elif topic == self.index_topic:  # the index's duplicate checks, to the URL's owner
+                event = records.INDEX.decode(self.reg, data)
+                feedback = duplicate_feedback(event)
+                if feedback is not None:
+                    yield Row(event["host_key"], "F", pickle.dumps(feedback))
+                return
+            elif topic == self.control_topic:  # an operator's command, to the host's owner
+                command = records.CONTROL.decode(self.reg, data)
+                yield Row(command["host_key"], "K", pickle.dumps(command))
+                return
+            elif topic == self.shards_topic:  # to a hot host's shard, or back to its owner
+                t = transfer_from_record(records.SHARDS.decode(self.reg, data))
+                yield Row(t.target, "S", pickle.dumps(t))
+                return
+            else:
+                completion = records.COMPLETIONS.decode(self.reg, data)
+                yield Row(completion["host_key"], "C", pickle.dumps(completion))
+                return
         except AvroDecodeError as exc:
             yield self._dead(row, str(exc), type(exc).__name__)
             return
-        if schema == "completion":
-            yield Row(record["host_key"], "C", pickle.dumps(record))
-            return
-        if schema == "host_command":  # an operator's command, to the host's owner
-            yield Row(record["host_key"], "K", pickle.dumps(record))
-            return
-        if schema == "shard_transfer":  # to a hot host's shard, or back to its owner
-            t = transfer_from_record(record)
-            yield Row(t.target, "S", pickle.dumps(t))
-            return
-        if schema == "index_event":  # the index's duplicate checks, back to the URL's owner
-            feedback = duplicate_feedback(record)
-            if feedback is not None:
-                yield Row(record["host_key"], "F", pickle.dumps(feedback))
-            return
-        found = intake(record, self.url_policy, self.address_policy, self.filters)
+        found = intake(discovered, self.url_policy, self.address_policy, self.filters)
         for host_key, links in found.groups.items():
             yield Row(host_key, "D", pickle.dumps(links))
         for url, name, error in found.filtered:
@@ -263,8 +268,7 @@ class FrontierFunction(KeyedProcessFunction):
                 break
             if lease.kind is not Kind.ROBOTS and h.gate.state.fetched_at is not None:
                 self.metrics.robots_aged(now - h.gate.state.fetched_at)
-            yield Row(h.host_key.encode(), self.reg.encode("lease", lease_record(lease),
-                                                           check=False))
+            yield Row(h.host_key.encode(), records.LEASES.encode(self.reg, lease_record(lease)))
         h.maybe_pull(now)
         moves, h.shards.outbox = h.shards.outbox, []
         for t in moves:  # a hot host's moves to and from its shards
@@ -296,23 +300,27 @@ class FrontierFunction(KeyedProcessFunction):
         h = self._host(row[0])
         before = len(h.urls)
         if row[1] == "D":
-            for link in payload:
+            links: list[NewUrl] = payload
+            for link in links:
                 h.discover(link["url"], now, depth=link["depth"], priority=link["priority"],
                            is_seed=link["is_seed"], redirect_hops=link["redirect_hops"],
-                           kind=link["kind"], checked=True, lastmod=link.get("lastmod"),
-                           changefreq=link.get("changefreq"))
+                           kind=link["kind"], checked=True, lastmod=link["lastmod"],
+                           changefreq=link["changefreq"])
         elif row[1] == "F":
-            h.duplicate(payload["url_id"], payload["url_version"], Dup(payload["dup"]),
-                        payload["new_page"], now)
+            feedback: DuplicateFeedback = payload
+            h.duplicate(feedback["url_id"], feedback["url_version"], Dup(feedback["dup"]),
+                        feedback["new_page"], now)
         elif row[1] == "K":
             yield REPLIES, self._control(h, payload, now)
         elif row[1] == "S":  # a shard's answer to this owner's pull
             h.take_refill(payload, now)
         else:
-            completion = payload
+            completion: records.Completion = payload
             result = h.complete(fetch_result(completion), now)
             if result.verdict is Acceptance.ACCEPTED:
                 if result.index:
+                    if result.state is None:  # the core sets it on every accepted page
+                        raise RuntimeError(f"accepted {result.url} without its state")
                     event = index_event(result.state, completion,
                                         result.change)
                     yield INDEX, Row(event["body_sha256"] or event["url_id"],
@@ -320,7 +328,7 @@ class FrontierFunction(KeyedProcessFunction):
                 for host_key, rec in discovered_records(result.discovered, result.url,
                                                         ms(now)):
                     yield DISCOVERED, Row(host_key.encode(),
-                                          self.reg.encode("discovered", rec, check=False))
+                                          records.DISCOVERED.encode(self.reg, rec))
         yield from self._finish(h, before, now, ctx)
 
     def _shard(self, key: str, t: Transfer):
@@ -334,7 +342,7 @@ class FrontierFunction(KeyedProcessFunction):
             yield SHARDS, transfer_row(self.reg, q.pull(t.want))
         self.host_state.update(q.state())
 
-    def _control(self, h: HostFrontier, record: dict[str, Any], now: float) -> Row:
+    def _control(self, h: HostFrontier, record: records.HostCommandRecord, now: float) -> Row:
         """Apply an operator's command (udfs/core/control.py) and encode the reply."""
         import json
 
@@ -346,10 +354,10 @@ class FrontierFunction(KeyedProcessFunction):
             ok, applied, error, detail = reply.ok, reply.applied, reply.error, reply.detail
         except (ConfigError, ValueError) as exc:  # refused: the host is unchanged
             ok, applied, error, detail = False, False, str(exc), {}
-        return Row(record["command_id"].encode(), self.reg.encode("host_reply", {
+        return Row(record["command_id"].encode(), records.REPLIES.encode(self.reg, {
             "command_id": record["command_id"], "host_key": h.host_key, "ok": ok,
             "applied": applied, "error": error, "detail_json": json.dumps(detail, default=str),
-            "replied_at_ms": ms(now)}))
+            "replied_at_ms": ms(now)}, check=True))
 
     def on_timer(self, timestamp: int, ctx):
         now = crawl_now(timestamp)

@@ -7,15 +7,24 @@ from __future__ import annotations
 import pickle
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TypedDict
 
 from udfs.core.addresses import AddressPolicy, url_address_refusal
 from udfs.core.parse import group_by_host
-from udfs.core.records import FetchResult, Kind, Lease, Outcome, UrlState
+from udfs.core.records import DiscoverySource, FetchResult, Kind, Lease, Outcome, UrlState
 from udfs.core.recrawl import Change, Dup
 from udfs.core.shards import Transfer
 from udfs.core.urlfilters import Link, UrlFilter, run_chain
 from udfs.core.urls import UrlPolicy, normalize_url, split_host_key
+from udfs.wire.records import (
+    Completion,
+    DiscoveredUrls,
+    IndexEvent,
+    LeaseRecord,
+    ShardTransfer,
+    links_record,
+    plain_link,
+)
 
 # The sources that mark a URL as a sitemap file (read as a sitemap, not indexed): a
 # robots.txt Sitemap line or a sitemap index entry, and an operator's sitemap seed.
@@ -27,7 +36,7 @@ def ms(seconds: float) -> int:
     return int(round(seconds * 1000))
 
 
-def lease_record(lease: Lease) -> dict[str, Any]:
+def lease_record(lease: Lease) -> LeaseRecord:
     return {"lease_id": lease.lease_id, "url_id": lease.url_id,
             "url_version": lease.url_version, "attempt": lease.attempt,
             "issued_at_ms": ms(lease.issued_at), "expires_at_ms": ms(lease.expires_at),
@@ -39,7 +48,7 @@ def lease_record(lease: Lease) -> dict[str, Any]:
             "throttle_seq": lease.throttle_seq, "storage_tier": lease.storage_tier}
 
 
-def fetch_result(c: dict[str, Any]) -> FetchResult:
+def fetch_result(c: Completion) -> FetchResult:
     return FetchResult(
         c["lease_id"], c["url_id"], c["url_version"], Outcome(c["outcome"]), Kind(c["kind"]),
         c["attempt"], c["http_status"], c["fetch_duration_ms"] / 1000.0, c["retry_after"],
@@ -47,7 +56,7 @@ def fetch_result(c: dict[str, Any]) -> FetchResult:
         c["text_sha256"], c["body"], c["fetched_at_ms"] / 1000.0, c["error"])
 
 
-def index_event(u: UrlState, c: dict[str, Any], change: Change | None) -> dict[str, Any]:
+def index_event(u: UrlState, c: Completion, change: Change | None) -> IndexEvent:
     """The IndexEvent of an accepted 2xx; unique per (url_id, url_version)."""
     return {"event_id": f"{c['url_id']}:{c['url_version']}", "url_id": c["url_id"],
             "url_version": c["url_version"], "url": u.url, "host_key": c["host_key"],
@@ -57,11 +66,33 @@ def index_event(u: UrlState, c: dict[str, Any], change: Change | None) -> dict[s
             "text_sha256": c["text_sha256"], "simhash": c["simhash"],
             "canonical_url": c["canonical_url"], "noindex": c["noindex"],
             "change": (change or Change.CHANGED).value, "duplicate_of": None,
-            "near_duplicate_of": None, "warc_filename": c.get("warc_filename"),
-            "warc_offset": c.get("warc_offset"), "warc_length": c.get("warc_length")}
+            "near_duplicate_of": None, "warc_filename": c["warc_filename"],
+            "warc_offset": c["warc_offset"], "warc_length": c["warc_length"]}
 
 
-def duplicate_feedback(event: dict[str, Any]) -> dict[str, Any] | None:
+class DuplicateFeedback(TypedDict):
+    """What the index's duplicate checks tell a URL's owner (to FrontierFunction)."""
+
+    url_id: str
+    url_version: int
+    dup: int  # a recrawl.Dup
+    new_page: bool
+
+
+class NewUrl(TypedDict):
+    """One link of an intake group, normalized, for its host's HostFrontier.discover."""
+
+    url: str
+    depth: int
+    redirect_hops: int
+    priority: float | None
+    is_seed: bool
+    kind: Kind
+    lastmod: float | None  # epoch seconds
+    changefreq: str | None
+
+
+def duplicate_feedback(event: IndexEvent) -> DuplicateFeedback | None:
     """What an index event read back from the index topic tells its URL's owner: that
     the page duplicates another URL's (exact or near), and whether it was a new page;
     None for a page that duplicates nothing."""
@@ -75,21 +106,18 @@ def duplicate_feedback(event: dict[str, Any]) -> dict[str, Any] | None:
             "dup": int(dup), "new_page": event["change"] == Change.NEW.value}
 
 
-def discovered_records(found: list[tuple[str, int, int, str]], parent: str | None,
-                       now_ms: int) -> list[tuple[str, dict[str, Any]]]:
+def discovered_records(found: list[tuple[str, int, int, DiscoverySource]],
+                       parent: str | None, now_ms: int) -> list[tuple[str, DiscoveredUrls]]:
     """(host_key, DiscoveredUrls) records for URLs the frontier itself found (redirect
     targets, robots.txt sitemaps), one record per (source, target host)."""
-    out = []
-    by_kind: dict[tuple[str, int, int], list[str]] = {}
+    out: list[tuple[str, DiscoveredUrls]] = []
+    by_kind: dict[tuple[DiscoverySource, int, int], list[str]] = {}
     for url, depth, hops, source in found:
         by_kind.setdefault((source, depth, hops), []).append(url)
     for (source, depth, hops), urls in by_kind.items():
         for host_key, host_urls in group_by_host(urls).items():
-            out.append((host_key, {
-                "host_key": host_key, "source": source, "parent_url": parent, "depth": depth,
-                "redirect_hops": hops, "discovered_at_ms": now_ms,
-                "links": [{"url": u, "lastmod_ms": None, "priority": None}
-                          for u in host_urls]}))
+            out.append((host_key, links_record(host_key, source, parent, depth, now_ms,
+                                               [plain_link(u) for u in host_urls], hops)))
     return out
 
 
@@ -100,14 +128,14 @@ class Intake:
     URLs whose host is an IP literal the address policy refuses (url, reason): those are
     never queued, so never leased (the fetcher would refuse them too)."""
 
-    groups: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    groups: dict[str, list[NewUrl]] = field(default_factory=dict)
     invalid: list[str] = field(default_factory=list)
     refused: list[tuple[str, str]] = field(default_factory=list)
     # URLs a filter of urls.filters dropped: (url, filter name, error if it raised)
     filtered: list[tuple[str, str, str | None]] = field(default_factory=list)
 
 
-def intake(record: dict[str, Any], url_policy: UrlPolicy | None = None,
+def intake(record: DiscoveredUrls, url_policy: UrlPolicy | None = None,
            address_policy: AddressPolicy | None = None,
            filters: Sequence[tuple[str, UrlFilter]] = ()) -> Intake:
     """Sort one DiscoveredUrls record's links (see `Intake`). `url_policy`: the query
@@ -139,18 +167,18 @@ def intake(record: dict[str, Any], url_policy: UrlPolicy | None = None,
             "url": url, "depth": record["depth"], "redirect_hops": record["redirect_hops"],
             "priority": link["priority"], "is_seed": record["source"] in SEED_SOURCES,
             "kind": kind, "lastmod": None if link["lastmod_ms"] is None else
-            link["lastmod_ms"] / 1000.0, "changefreq": link.get("changefreq")})
+            link["lastmod_ms"] / 1000.0, "changefreq": link["changefreq"]})
     return out
 
 
-def transfer_record(t: Transfer) -> dict[str, Any]:
+def transfer_record(t: Transfer) -> ShardTransfer:
     """A ShardTransfer record (schema shard_transfer.v1) of a hot host's move."""
     return {"kind": t.kind, "host_key": t.host_key, "shard": t.shard, "want": t.want,
             "remaining": t.remaining,
             "urls": [{"url": url, "state": pickle.dumps(saved)} for url, saved in t.urls]}
 
 
-def transfer_from_record(record: dict[str, Any]) -> Transfer:
+def transfer_from_record(record: ShardTransfer) -> Transfer:
     return Transfer(record["kind"], record["host_key"], record["shard"],
                     [(u["url"], pickle.loads(u["state"])) for u in record["urls"]],
                     want=record["want"], remaining=record["remaining"])

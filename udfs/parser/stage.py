@@ -105,6 +105,8 @@ class _Parser:
              str(os.getpid())],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, close_fds=True)
         self.ps = psutil.Process(self.proc.pid)  # our child: its pid is not reused before wait()
+        if self.proc.stdout is None or self.proc.stdin is None:  # pragma: no cover
+            raise RuntimeError("the parser process has no pipes")
         self.fd = self.proc.stdout.fileno()
         self.buf = bytearray()
         _write_frame(self.proc.stdin, (user_agent, drop_params, limits.max_bytes,
@@ -167,7 +169,8 @@ class _Parser:
             pass
         for f in (self.proc.stdin, self.proc.stdout):
             try:
-                f.close()
+                if f is not None:
+                    f.close()
             except OSError:
                 pass
 
@@ -236,29 +239,30 @@ class ParseStage:
                 if parser is not None:
                     self._drop(parser)
                 parser = self._start()
-            cpu0 = parser.cpu_s()
+            live = parser  # this page's parser (`parser`: what goes back to the idle queue)
+            cpu0 = live.cpu_s()
             try:
-                parser.send(job)
+                live.send(job)
                 reply: Any = None
                 while reply is None:
-                    wait = parse_deadline(parser.cpu_s() - cpu0,
+                    wait = parse_deadline(live.cpu_s() - cpu0,
                                           time.monotonic() - started, self.limits)
                     if wait is None:
-                        self._drop(parser)
+                        self._drop(live)
                         parser = None
                         return self._hit(LimitKind.TIMEOUT, started)
-                    reply = parser.receive(wait)
+                    reply = live.receive(wait)
             except (BrokenPipeError, ConnectionError, OSError, EOFError,
                     pickle.UnpicklingError):
                 reply = False
             if reply is False:
-                detail = parser.exit_detail()
-                self._drop(parser)
+                detail = live.exit_detail()
+                self._drop(live)
                 parser = None
                 return self._hit(LimitKind.CRASH, started, detail)
             status, value = reply
             if status == "memory":
-                self._drop(parser)  # it exits after this answer; a fresh one next
+                self._drop(live)  # it exits after this answer; a fresh one next
                 parser = None
                 return self._hit(LimitKind.MEMORY, started, value)
             if status == "error":

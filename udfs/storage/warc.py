@@ -68,7 +68,12 @@ DEPTH_FIELD = "Crawl-Depth"
 def sha256_b32(data: bytes | None = None, hex_digest: str | None = None) -> str:
     """A SHA-256 as WARC digests are written: "sha256:" + base32 (of `data`, or of a
     hex digest already computed, such as a completion's body_sha256)."""
-    raw = hashlib.sha256(data).digest() if hex_digest is None else bytes.fromhex(hex_digest)
+    if hex_digest is not None:
+        raw = bytes.fromhex(hex_digest)
+    elif data is not None:
+        raw = hashlib.sha256(data).digest()
+    else:
+        raise ValueError("sha256_b32 needs data or a hex digest")
     return "sha256:" + base64.b32encode(raw).decode()
 
 
@@ -201,6 +206,8 @@ def build_records(f: Fetch, refers_to: tuple[str, str, str] | None = None
             headers["WARC-Refers-To-Target-URI"] = f.url
             digest = None
         else:
+            if refers_to is None:  # not a 304, so a revisit of an earlier response
+                raise ValueError("a revisit needs the record it refers to")
             headers["WARC-Profile"] = PROFILE_IDENTICAL
             headers["WARC-Refers-To"] = refers_to[0]
             headers["WARC-Refers-To-Target-URI"] = refers_to[1]

@@ -187,7 +187,7 @@ class WarcWriter:
         self.dedup = Dedup(dedup_entries)
         self.stats = WarcStats()
         self.serial = 0
-        self._fh = None
+        self._fh: io.BufferedWriter | None = None  # the open file, if any
         self._path: Path | None = None
         self._name = ""
         self._opened_s = 0.0
@@ -207,13 +207,13 @@ class WarcWriter:
         self._name = file_name(self.file_prefix, int(now * 1000), self.serial, self.host)
         self.serial += 1
         self.temp_dir.mkdir(parents=True, exist_ok=True)
-        self._path = self.temp_dir / f".tmp-{self._name}"
+        self._path = path = self.temp_dir / f".tmp-{self._name}"
         if self.store_id:
-            _owner_path(self._path).write_text(self.store_id)
-        self._fh = open(self._path, "wb")  # noqa: SIM115 - closed on publish
+            _owner_path(path).write_text(self.store_id)
+        self._fh = fh = open(path, "wb")  # noqa: SIM115 - closed on publish
         # Held while this writer lives: the kernel drops it when the process dies, which
         # is how `recover` tells a dead writer's file from a live one's.
-        fcntl.flock(self._fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
         self._opened_s, self._size, self._entries = now, 0, []
         info = warcinfo_record(self._name, int(now * 1000), {
             "software": SOFTWARE, "format": "WARC File Format 1.1",
@@ -224,7 +224,7 @@ class WarcWriter:
 
     def _append(self, rec) -> int:
         offset = self._size
-        self._fh.write(rec.data)
+        self._file().write(rec.data)
         self._size += len(rec.data)
         return offset
 
@@ -261,11 +261,18 @@ class WarcWriter:
             self.dedup.add(digest, (main.record_id, fetch.url, warc_date(fetch.fetched_at_ms)))
         # Out of our buffer before the completion leaves: a task killed after this point
         # leaves the records in the temporary file, for `recover`.
-        self._fh.flush()
+        self._file().flush()
         self.stats.records += len(records)
         self.stats.write_us += int((time.perf_counter() - started) * 1_000_000)
         self.roll_if_due()
+        if where is None:
+            raise ValueError(f"no WARC records were built for {fetch.url}")
         return where
+
+    def _file(self) -> io.BufferedWriter:
+        if self._fh is None:
+            raise RuntimeError("no WARC file is open")
+        return self._fh
 
     def roll_if_due(self) -> str | None:
         """Close the open file if it is due and have it put in the background; its key.
@@ -286,7 +293,9 @@ class WarcWriter:
 
     def _close_file(self) -> tuple[Path, str, list[IndexEntry], int, Any]:
         """The open file, flushed and fsync'd, still open (and locked) until put."""
-        fh, path = self._fh, self._path
+        fh, path = self._file(), self._path
+        if path is None:
+            raise RuntimeError("the open WARC file has no path")
         self._fh = None
         fh.flush()
         os.fsync(fh.fileno())

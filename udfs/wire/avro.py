@@ -71,7 +71,8 @@ class SchemaVersion:
 
 def crc64_avro(schema: Mapping[str, Any] | str) -> bytes:
     """The 8-byte little-endian CRC-64-AVRO fingerprint of a schema's parsing canonical form."""
-    canonical = to_parsing_canonical_form(parse_schema(schema, named_schemas={}))
+    plain = schema if isinstance(schema, str) else dict(schema)
+    canonical = to_parsing_canonical_form(parse_schema(plain, named_schemas={}))
     # fastavro's hex string already lists the CRC's bytes least significant first.
     return bytes.fromhex(_fingerprint(canonical, "CRC-64-AVRO"))
 
@@ -173,6 +174,8 @@ class SchemaRegistry:
         except Exception as exc:  # truncated or corrupt bodies raise many kinds
             raise AvroDecodeError(
                 f"corrupt {name} v{writer.version} body: {type(exc).__name__}: {exc}") from None
+        if not isinstance(record, dict):  # every schema here is a record
+            raise AvroDecodeError(f"a {name} body that is not a record")
         if buf.tell() != len(data) - HEADER_LEN:
             raise AvroDecodeError(
                 f"{len(data) - HEADER_LEN - buf.tell()} trailing bytes after a {name} record")
@@ -274,17 +277,19 @@ def compatibility_problems(reader: Mapping[str, Any], writer: Mapping[str, Any])
 
     class Checker(ReaderWriterCompatibilityChecker):
         def __init__(self) -> None:
-            super().__init__()
+            super().__init__()  # type: ignore[no-untyped-call]
             self.here: list[str] = []
 
-        def calculate_compatibility(self, reader, writer, location):  # noqa: ANN001
+        def calculate_compatibility(self, reader: Any, writer: Any, location: list[str]
+                                    ) -> Any:
             outer, self.here = self.here, location
             try:
                 return super().calculate_compatibility(reader, writer, location)
             finally:
                 self.here = outer
 
-        def get_compatibility(self, reader, writer, reference_token="/", location=None):  # noqa: ANN001
+        def get_compatibility(self, reader: Any, writer: Any, reference_token: str = "/",
+                              location: list[str] | None = None) -> Any:
             if location is None and len(self.here) > 1:  # a writer's union branch
                 return super().get_compatibility(reader, writer, self.here[-1], self.here[:-1])
             return super().get_compatibility(reader, writer, reference_token, location)
@@ -330,7 +335,9 @@ def load_examples(sv: SchemaVersion) -> list[dict[str, Any]]:
             return obj["__bytes__"].encode("utf-8")
         return obj
 
-    return json.loads(path.read_text(encoding="utf-8"), object_hook=hook)
+    examples: list[dict[str, Any]] = json.loads(path.read_text(encoding="utf-8"),
+                                                 object_hook=hook)
+    return examples
 
 
 def read_lock(reg: SchemaRegistry) -> dict[tuple[str, int], str]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from udfs.wire.avro import AvroDecodeError, SchemaRegistry
+from udfs.wire.records import DEAD_LETTERS, DeadLetter
 
 DEAD_LETTER_SCHEMA = "dead_letter"
 
@@ -13,13 +14,14 @@ def dead_letter(reg: SchemaRegistry, *, stage: str, reason: str, error_type: str
                 key: bytes | None = None, url: str | None = None,
                 host_key: str | None = None) -> bytes:
     """The encoded DeadLetter record for one failed input."""
-    return reg.encode(DEAD_LETTER_SCHEMA, {
+    record: DeadLetter = {
         "stage": stage, "reason": reason, "error_type": error_type,
         "source_topic": source_topic, "source_partition": source_partition,
         "source_offset": source_offset,
         "key": key, "payload": None if payload is None else bytes(payload),
         "url": url, "host_key": host_key, "at_ms": now_ms,
-    })
+    }
+    return DEAD_LETTERS.encode(reg, record, check=True)
 
 
 def upgrade_record(reg: SchemaRegistry, schema: str, payload: bytes, *, stage: str,

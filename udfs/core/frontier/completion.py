@@ -25,6 +25,7 @@ from udfs.core.records import (
     RETRYABLE,
     Acceptance,
     CompletionResult,
+    DiscoverySource,
     FetchResult,
     Kind,
     Lease,
@@ -133,7 +134,8 @@ class Completions:
         sitemaps = self.gate.fetched(r, lease, status, now)
         self.pacer.crawl_delay = self.gate.crawl_delay()
         self.pacer.contacted(r, now)  # a Crawl-delay just learned counts from this fetch
-        found = [(url, 0, 0, "ROBOTS_SITEMAP") for url in sitemaps]
+        found: list[tuple[str, int, int, DiscoverySource]] = [
+            (url, 0, 0, "ROBOTS_SITEMAP") for url in sitemaps]
         self._count("robots_fetched")
         return CompletionResult(Acceptance.ACCEPTED, url=lease.url, discovered=found,
                                 reason=f"robots {self.gate.state.status.value}")
