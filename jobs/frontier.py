@@ -84,7 +84,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     for band in range(4):
         last = band == 3
         index = index.key_by(lambda r: r[0], key_type=Types.STRING()) \
-            .process(NearDuplicateBand(band), output_type=ROW_KEY_VALUE if last else INDEX_INPUT) \
+            .process(NearDuplicateBand(band, max_bucket=cfg["frontier.near_duplicate_bucket"]),
+                     output_type=ROW_KEY_VALUE if last else INDEX_INPUT) \
             .uid(f"frontier-near-duplicates-{band}")
     # The fetch audit trail: every completion into object storage, where it outlives the
     # completions topic (udfs/frontier/audit.py).

@@ -38,6 +38,7 @@ import socket
 import sys
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -1083,6 +1084,44 @@ def p_pull_after_a_lost_answer(cfg, w):
     return round(pulls[1] - pulls[0])
 
 
+def p_grants_per_call(cfg, w):
+    """A host of 40 URLs, 40 in flight allowed, no gap, no answers: the leases of its
+    first grants, by grant time (one call of the operator each)."""
+    job = crawl(cfg, w, [seeds(*[f"/{i}" for i in range(40)])], 1, answer_none)
+    return sorted(Counter(job.grants()).values(), reverse=True)[:3]
+
+
+def p_near_duplicate_bucket(cfg, w):
+    """Three pages whose SimHashes share band 0's value, through the job's band-0
+    operator: B within distance 3 of A, C within 3 of B and 6 of A. What each is
+    flagged a near duplicate of."""
+    import pickle
+
+    from udfs.core.fingerprints import band_keys, to_signed64
+    from udfs.frontier.index import NearDuplicateBand, near_key
+
+    (band0,) = [f for f in run_job("frontier", cfg, w).functions
+                if isinstance(f, NearDuplicateBand) and f.band == 0]
+    band0 = copy.deepcopy(band0)
+
+    class Keys:
+        key = None
+
+    keys = Keys()
+    band0.open(RuntimeContext(keys))
+    a = 0
+    b = a ^ 0b111  # three low bits
+    c = b ^ (0b111 << 8)
+    assert len({band_keys(fp)[0] for fp in (a, b, c)}) == 1  # one bucket of band 0
+    out = []
+    for name, fp in (("a", a), ("b", b), ("c", c)):
+        event = {"url_id": name, "simhash": to_signed64(fp), "near_duplicate_of": None}
+        keys.key = near_key(event, 0)
+        (row,) = band0.process_element((keys.key, pickle.dumps(event)), None)
+        out.append(pickle.loads(row[1])["near_duplicate_of"])
+    return out
+
+
 def p_live_hosts(cfg, w):
     """The hosts the frontier operator keeps live after 3 hosts of 600 URLs each."""
     hosts = ["http://a.test", "http://b.test", "http://c.test"]
@@ -1875,6 +1914,14 @@ EFFECTS: dict[str, Effect] = {
     "frontier.clock_topic": Effect(
         p_clock, "crawl.clock",
         lambda d, c, ch: c[0].get("connector") == "kafka" and c[0].get("topic") == "crawl.clock"),
+    "frontier.max_grants_per_call": Effect(
+        p_grants_per_call, 5, lambda d, c, ch: (d, c) == ([16, 16, 8], [5, 5, 5]),
+        base=("politeness.max_in_flight=40", "politeness.min_gap_s=0",
+              "politeness.duration_factor=0")),
+    "frontier.near_duplicate_bucket": Effect(
+        p_near_duplicate_bucket, 1, lambda d, c, ch: (d, c) == ([None, "a", "b"],
+                                                               [None, "a", None]),
+        "past the bucket's size, a page is compared, not remembered"),
     "frontier.cache_urls": Effect(
         p_live_hosts, 1000,
         lambda d, c, ch: d == ["http://a.test", "http://b.test", "http://c.test"]

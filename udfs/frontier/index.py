@@ -56,6 +56,9 @@ class NearDuplicateBand(KeyedProcessFunction):
     from the index topic and spaces out the page's revisits (HostFrontier.duplicate)."""
 
     def __init__(self, band: int, k: int = 3, max_bucket: int = 1000) -> None:
+        # k, and so the number of bands, is fixed: each band is an operator with its own
+        # uid, so another k is another job graph than the one a savepoint maps onto.
+        # max_bucket: frontier.near_duplicate_bucket.
         self.band, self.k, self.max_bucket = band, k, max_bucket
 
     def open(self, ctx) -> None:

@@ -199,9 +199,8 @@ class Intake(ProcessFunction):
 class FrontierFunction(KeyedProcessFunction):
     """One host per key: discovery, leases, completions, timers."""
 
-    def __init__(self, cfg_data: dict[str, Any], max_grants_per_call: int = 16) -> None:
+    def __init__(self, cfg_data: dict[str, Any]) -> None:
         self.cfg_data = cfg_data
-        self.max_grants = max_grants_per_call
 
     def open(self, ctx) -> None:
         cfg = frontier_config(self.cfg_data)
@@ -262,7 +261,7 @@ class FrontierFunction(KeyedProcessFunction):
 
     def _finish(self, h: HostFrontier, before: int, now: float, ctx):
         """Grant what the host allows now, save, and arm the next timer."""
-        for _ in range(self.max_grants):
+        for _ in range(self.cfg.max_grants_per_call):
             lease = h.poll(now, self.fetch_budget)
             if lease is None:
                 break

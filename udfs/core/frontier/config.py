@@ -39,6 +39,7 @@ class FrontierConfig:
     # host's in-flight limit, each due within lookahead_s. 0 and 0: one lease at a time.
     lookahead_s: float = 1.5
     max_lookahead_leases: int = 3
+    max_grants_per_call: int = 16  # leases per call of the frontier operator, per host
     clock_idle_ms: int = 1000  # the frontier job's crawl clock (see the defaults file)
     clock_topic: str = ""
     # A hot host's queue, partitioned (udfs/core/shards.py): past shard_above_urls known
