@@ -20,8 +20,8 @@ def test_published_figures():
     assert f["ingress per day (at most)"] == pytest.approx(200)  # TB/day
     assert f["ingress, average"] == pytest.approx(2.31, abs=0.005)  # GB/s
     assert f["URL state"] == pytest.approx(1.94)  # TB before replication (194 B measured)
-    assert f["Bloom filter bits per URL"] == pytest.approx(9.585, abs=0.001)  # 1% → 9.58
-    assert f["Bloom filter size"] == pytest.approx(11.98, abs=0.01)  # GB
+    assert f["RocksDB Bloom filter bits per URL"] == pytest.approx(9.585, abs=0.001)  # 1% → 9.58
+    assert f["RocksDB Bloom filters, all URLs"] == pytest.approx(11.98, abs=0.01)  # GB
     assert f["fingerprint collision pairs"] == pytest.approx(2.71, abs=0.01)  # ~2.7 at 10^10
     assert round(f["back queues, peak"]) == 25_000  # pages/s × 1 s gap
     assert round(f["connections in flight, average"]) == 11_574  # Little's law, 1 s latency

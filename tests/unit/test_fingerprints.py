@@ -1,4 +1,4 @@
-"""Dedup fingerprints: URL ids with collision probing, SHA-256, SimHash, band index, Bloom."""
+"""Dedup fingerprints: URL ids with collision probing, SHA-256, SimHash, band index."""
 
 from __future__ import annotations
 
@@ -10,9 +10,7 @@ from hypothesis import strategies as st
 from simhash import Simhash
 
 from udfs.core.fingerprints import (
-    BloomFilter,
     SimHashIndex,
-    bits_per_item,
     feature_hash64,
     feature_hash_bytes,
     from_signed64,
@@ -122,12 +120,3 @@ def test_signed_conversion_for_avro_longs():
         assert -(1 << 63) <= s < (1 << 63) and from_signed64(s) == v
 
 
-def test_bloom_filter_sizing_and_no_false_negatives():
-    assert round(bits_per_item(0.01), 2) == 9.59
-    bloom = BloomFilter(10_000, 0.01)
-    items = [f"http://h/{i}" for i in range(10_000)]
-    for item in items:
-        bloom.add(item)
-    assert all(bloom.maybe_contains(i) for i in items)
-    false_pos = sum(bloom.maybe_contains(f"http://other/{i}") for i in range(20_000)) / 20_000
-    assert false_pos < 0.02

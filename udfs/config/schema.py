@@ -224,6 +224,7 @@ class Flink(Section):
     checkpoints_retained: Annotated[int, between(1, 100)]
     state_backend: Annotated[str, one_of("hashmap", "rocksdb")]
     rocksdb_uncompressed_levels: Annotated[int, between(0, 7, "RocksDB has 7 levels")]
+    rocksdb_bloom_bits_per_key: Annotated[float, between(0, 64)]
     restart_strategy: Annotated[str, one_of("none", "fixed-delay")]
     restart_attempts: Annotated[int, at_least(0)]
     restart_delay_ms: Annotated[int, at_least(0)]

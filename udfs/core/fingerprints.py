@@ -2,8 +2,9 @@
 
 1. Same URL: `url_id`, a 64-bit digest of the normalized URL; the durable key
    is checked against the full URL, and on a collision the next probe id is
-   used (`url_ids`), so a collision never merges two URLs. `BloomFilter` may
-   only accelerate "definitely new".
+   used (`url_ids`), so a collision never merges two URLs. "Definitely new" is
+   RocksDB's to answer, from the Bloom filter of each SST file
+   (flink.rocksdb_bloom_bits_per_key), before it reads a file's blocks.
 2. Same bytes: SHA-256 of the raw body (the stored object's key).
 3. Near-duplicates: 64-bit SimHash of the extracted text (Charikar; Manku et
    al., WWW 2007) and `SimHashIndex`, a band index for Hamming distance <= k.
@@ -16,7 +17,6 @@ the 4-gram features and their hashes vectorized with numpy.
 from __future__ import annotations
 
 import hashlib
-import math
 import re
 from collections.abc import Iterator
 from functools import lru_cache
@@ -223,37 +223,3 @@ class SimHashIndex:
                     if d <= self.k:
                         seen[doc_id] = d
         return sorted(seen.items(), key=lambda t: (t[1], t[0]))
-
-
-class BloomFilter:
-    """A Bloom filter that only ever answers "definitely new" or "maybe seen".
-
-    "Maybe" must still be checked against the durable key; a false positive costs a
-    lookup, never a URL.
-    """
-
-    def __init__(self, capacity: int, fp_rate: float = 0.01) -> None:
-        if capacity < 1 or not 0 < fp_rate < 1:
-            raise ValueError("capacity >= 1 and 0 < fp_rate < 1")
-        self.bits = max(8, math.ceil(capacity * bits_per_item(fp_rate)))
-        self.hashes = max(1, round(self.bits / capacity * math.log(2)))
-        self._array = bytearray((self.bits + 7) // 8)
-
-    def _positions(self, item: str) -> Iterator[int]:
-        digest = hashlib.blake2b(item.encode("utf-8"), digest_size=16).digest()
-        h1 = int.from_bytes(digest[:8], "little")
-        h2 = int.from_bytes(digest[8:], "little") | 1
-        for i in range(self.hashes):
-            yield (h1 + i * h2) % self.bits
-
-    def add(self, item: str) -> None:
-        for p in self._positions(item):
-            self._array[p >> 3] |= 1 << (p & 7)
-
-    def maybe_contains(self, item: str) -> bool:
-        return all(self._array[p >> 3] & (1 << (p & 7)) for p in self._positions(item))
-
-
-def bits_per_item(fp_rate: float) -> float:
-    """Optimal Bloom filter bits per element for a false-positive rate: -ln p / (ln 2)^2."""
-    return -math.log(fp_rate) / (math.log(2) ** 2)

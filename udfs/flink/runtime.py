@@ -154,6 +154,10 @@ def make_env(cfg: Config, *, thread_mode: bool = False, bundle_size: int | None 
         conf.set_string("execution.checkpointing.incremental", "true")
         conf.set_string("state.backend.rocksdb.compression.per.level",
                         rocksdb_compression(cfg["flink.rocksdb_uncompressed_levels"]))
+        bits = cfg["flink.rocksdb_bloom_bits_per_key"]
+        conf.set_string("state.backend.rocksdb.use-bloom-filter", "true" if bits else "false")
+        if bits:
+            conf.set_string("state.backend.rocksdb.bloom-filter.bits-per-key", str(float(bits)))
     if cfg["flink.restart_strategy"] == "none":
         conf.set_string("restart-strategy.type", "none")
     else:
