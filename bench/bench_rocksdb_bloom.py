@@ -6,7 +6,8 @@ with flink.rocksdb_bloom_bits_per_key 0 (Flink's default) and N.
 
 The real frontier job (MiniCluster, RocksDB, 1 s checkpoints) on fresh topics. One
 host is seeded with --known URLs; with frontier.max_resident_urls at its floor, all but
-a few are kept cold in keyed state (the host's URL map in RocksDB), as a big host's are.
+a few are kept cold in keyed state (the host's URL map in RocksDB), as a big host's are
+(its trap rules' template budget raised: /p/{n} is a catalogue here).
 Its robots.txt lease is never answered, so nothing is leased and the intake is all the
 job does. Once every known URL is admitted and a few checkpoints have flushed them into
 SST files, --new URLs of the same host are sent: each is looked up in the URL map (a
@@ -64,7 +65,7 @@ def admitted(port: int) -> float:
     samples = scrape(port)
     if samples is None:
         return -1.0
-    return by_label(samples, "frontier_events_total", "event").get("urls_admitted", 0.0)
+    return by_label(samples, "event_frontier_events_total", "event").get("urls_admitted", 0.0)
 
 
 def wait_admitted(job: JobProcess, port: int, want: int, timeout_s: float, log: Path) -> float:
@@ -87,6 +88,8 @@ def measure(bits: float, known: int, new: int) -> dict[str, float]:
     overrides += ["flink.state_backend=rocksdb", "flink.checkpoint_interval_ms=1000",
                   "flink.restart_strategy=none", f"flink.rocksdb_bloom_bits_per_key={bits}",
                   "frontier.max_resident_urls=16", f"metrics.frontier_port={port}",
+                  # one URL template (/p/{n}) for every URL: a catalogue, not a trap
+                  f"traps.template_budget={known + new}",
                   f"flink.checkpoint_dir={Path(tempfile.gettempdir()) / ('bench-cp-' + tag)}"]
     cfg = load_config(env={}, overrides=overrides)
     ensure_topics(cfg)

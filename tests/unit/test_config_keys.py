@@ -2187,11 +2187,11 @@ EFFECTS: dict[str, Effect] = {
         p_flink, 0, both_jobs("state.backend.rocksdb.compression.per.level",
                               ";".join(["SNAPPY_COMPRESSION"] * 7))),
     "flink.rocksdb_bloom_bits_per_key": Effect(
-        p_flink, 10, lambda d, c, ch: all(
+        p_flink, 0, lambda d, c, ch: all(
             (d[j][0].get("state.backend.rocksdb.use-bloom-filter"),
-             c[j][0].get("state.backend.rocksdb.use-bloom-filter"),
-             c[j][0].get("state.backend.rocksdb.bloom-filter.bits-per-key")) ==
-            ("false", "true", "10.0") for j in ("frontier", "fetcher"))),
+             d[j][0].get("state.backend.rocksdb.bloom-filter.bits-per-key"),
+             c[j][0].get("state.backend.rocksdb.use-bloom-filter")) ==
+            ("true", "10.0", "false") for j in ("frontier", "fetcher"))),
     "flink.restart_strategy": Effect(p_flink, "none", both_jobs("restart-strategy.type", "none")),
     "flink.checkpoints_retained": Effect(
         p_flink, 5, both_jobs("execution.checkpointing.num-retained", "5")),

@@ -46,8 +46,13 @@ from udfs.wire.records import COMPLETIONS, DISCOVERED, LEASES, Completion, Lease
 FETCH_OUTPUT = Types.ROW_NAMED(["dest", "key", "value"], [
     Types.STRING(), Types.PRIMITIVE_ARRAY(Types.BYTE()), Types.PRIMITIVE_ARRAY(Types.BYTE())])
 
-# Slots of hosts quiet this long are dropped (their history is older than any gap).
+# Slots of hosts quiet this long are dropped (their history is older than any gap). A
+# memory bound, not a politeness one: a slot with a request in flight or a wait pending
+# is never dropped (BackQueues.forget_idle), and a lease that follows a forgotten one
+# is not sent.
 IDLE_SLOT_S = 900.0
+# Seconds a lease's guard allows for storing its body and writing its WARC records.
+STORE_MARGIN_S = 10.0
 
 
 def lease_timing(lease: LeaseRecord) -> LeaseTiming:
@@ -112,9 +117,13 @@ class FetchFunction(AsyncFunction):
         ip_gate = IpGate(IpPolicy(cfg["fetch.ip_min_gap_s"], cfg["fetch.ip_max_in_flight"]))
         self.turns = Turns(queues, ip_gate, self.cache)  # waited for on the engine's loop
         self.calls = 0
-        # No lease is worked on longer than its hold, its fetch and a margin: past that
-        # it is given up (it expires at the frontier and is re-let).
-        self.guard_s = cfg["fetch.hold_s"] + self.limits.total_timeout_s + 30.0
+        # No lease is worked on longer than its hold, its fetch, its parse (the parse
+        # limits' wall-clock cap) and a margin for storing the body and its WARC records:
+        # past that it is given up (it expires at the frontier and is re-let). The parse
+        # term follows parse.cpu_limit_s, so a slow parse within its limit ends with its
+        # own outcome (PARSE_TIMEOUT) rather than at this guard.
+        self.guard_s = cfg["fetch.hold_s"] + self.limits.total_timeout_s + \
+            parse_limits(cfg).wall_cap_s + STORE_MARGIN_S
         from udfs.fetcher.engine import FetchEngine
 
         self.engine = FetchEngine(self._guarded, capacity=self.connections)

@@ -154,6 +154,8 @@ def make_env(cfg: Config, *, thread_mode: bool = False, bundle_size: int | None 
         conf.set_string("execution.checkpointing.incremental", "true")
         conf.set_string("state.backend.rocksdb.compression.per.level",
                         rocksdb_compression(cfg["flink.rocksdb_uncompressed_levels"]))
+        # A Bloom filter per SST file: a lookup of a URL the state does not hold (a
+        # new URL of a big host) skips the files that cannot have it.
         bits = cfg["flink.rocksdb_bloom_bits_per_key"]
         conf.set_string("state.backend.rocksdb.use-bloom-filter", "true" if bits else "false")
         if bits:
