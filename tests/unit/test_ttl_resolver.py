@@ -20,7 +20,8 @@ import dns.rdatatype
 import dns.rrset
 import pytest
 
-from udfs.fetcher.dns import DnsAnswer, DnsLookupError, TtlResolver, parse_servers
+from udfs.core.addresses import parse_servers
+from udfs.fetcher.dns import DnsAnswer, DnsLookupError, TtlResolver
 
 A, AAAA = dns.rdatatype.A, dns.rdatatype.AAAA
 

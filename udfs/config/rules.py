@@ -16,6 +16,8 @@ from urllib.parse import urlsplit
 from pydantic import AfterValidator
 from pydantic_core import PydanticCustomError
 
+from udfs.core.addresses import parse_servers
+
 Check = Callable[[Any], "str | None"]
 
 # The error type the loader recognizes as one of these checks.
@@ -128,10 +130,8 @@ def static_hosts(v: list[str]) -> str | None:
 
 
 def dns_servers(v: list[str]) -> str | None:
-    if not v:  # the system's servers: nothing to check (and no resolver to import)
+    if not v:  # the system's servers: nothing to check
         return None
-    from udfs.fetcher.dns import parse_servers
-
     try:
         parse_servers(v)
     except ValueError as exc:

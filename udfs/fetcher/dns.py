@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import ipaddress
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import dns.asyncresolver
@@ -36,7 +36,8 @@ import dns.nameserver
 import dns.rdatatype
 import dns.resolver
 
-DEFAULT_PORT = 53
+from udfs.core.addresses import parse_servers
+
 # The EDNS payload size of DNS Flag Day 2020: large answers fit in UDP without
 # IP fragmentation; bigger ones come truncated and are asked again over TCP.
 EDNS_PAYLOAD = 1232
@@ -58,48 +59,6 @@ class DnsAnswer:
 
 class DnsLookupError(OSError):
     """A name has no address: NXDOMAIN, no A/AAAA records, timeout, or no server answered."""
-
-
-def _parse_server(item: object) -> tuple[str, int]:
-    if not isinstance(item, str) or not item.strip():
-        raise ValueError(f"DNS server {item!r}: expected an IP address, optionally with :port")
-    text = item.strip()
-    host, port_text = text, None
-    if text.startswith("["):  # [v6] or [v6]:port
-        end = text.find("]")
-        if end < 0:
-            raise ValueError(f"DNS server {item!r}: missing ']'")
-        host, rest = text[1:end], text[end + 1:]
-        if rest:
-            if not rest.startswith(":"):
-                raise ValueError(f"DNS server {item!r}: expected ':port' after ']'")
-            port_text = rest[1:]
-    elif text.count(":") == 1:  # v4:port (a bare IPv6 address has two colons or more)
-        host, port_text = text.split(":")
-    try:
-        ip = ipaddress.ip_address(host)
-    except ValueError:
-        raise ValueError(f"DNS server {item!r}: {host!r} is not an IP address") from None
-    if text.startswith("[") and ip.version != 6:
-        raise ValueError(f"DNS server {item!r}: brackets are for IPv6 addresses")
-    port = DEFAULT_PORT
-    if port_text is not None:
-        if not port_text.isascii() or not port_text.isdigit() or not 0 < int(port_text) < 65536:
-            raise ValueError(f"DNS server {item!r}: port {port_text!r} is not in 1..65535")
-        port = int(port_text)
-    return str(ip), port
-
-
-def parse_servers(items: Iterable[object]) -> list[tuple[str, int]]:
-    """Validate DNS server strings: "address", "address:port" or "[v6]:port".
-
-    Returns (address, port) pairs, port 53 when none is given; addresses must
-    be IP literals (an IPv6 scope such as fe80::1%eth0 is kept). Raises
-    ValueError naming the first bad item.
-    """
-    if isinstance(items, (str, bytes)):
-        raise ValueError(f"DNS servers {items!r}: expected a list of strings")
-    return [_parse_server(item) for item in items]
 
 
 def _is_ip_literal(host: str) -> bool:
