@@ -19,6 +19,7 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
+import psutil
 import pytest
 
 _HERE = Path(__file__).parent
@@ -33,6 +34,11 @@ RUN_ENV = "CRAWL_TEST_RUN"
 REPORTS_ENV = "CRAWL_TEST_REPORTS"
 LEFTOVER_GRACE_S = 15.0  # for processes that are on their way out as the session ends
 _GATEWAY = "org.apache.flink.client.python.PythonGatewayServer"
+# psutil's process states, as the letters of /proc/<pid>/stat that the checks use.
+_STATES = {psutil.STATUS_RUNNING: "R", psutil.STATUS_SLEEPING: "S",
+           psutil.STATUS_DISK_SLEEP: "D", psutil.STATUS_STOPPED: "T",
+           psutil.STATUS_TRACING_STOP: "t", psutil.STATUS_ZOMBIE: "Z",
+           psutil.STATUS_DEAD: "X", psutil.STATUS_IDLE: "I"}
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -52,7 +58,7 @@ class Proc:
     pgid: int
     sid: int
     state: str
-    start: int  # clock ticks after boot: with the pid, a process's identity
+    start: float  # when it started (epoch seconds): with the pid, a process's identity
     cmdline: str
     run: str | None  # the value of RUN_ENV in its environment
 
@@ -61,33 +67,21 @@ class Proc:
 
 
 def processes() -> dict[int, Proc]:
-    """Every process we can see, from /proc (none where there is no /proc)."""
+    """Every process we can see (psutil), by pid."""
     found: dict[int, Proc] = {}
-    try:
-        entries = os.listdir("/proc")
-    except OSError:
-        return found
-    for entry in entries:
-        if not entry.isdigit():
+    attrs = ["ppid", "status", "create_time", "cmdline", "environ"]
+    for proc in psutil.process_iter(attrs, ad_value=None):
+        info = proc.info
+        try:
+            pgid, sid = os.getpgid(proc.pid), os.getsid(proc.pid)
+        except OSError:  # gone meanwhile
             continue
-        base = f"/proc/{entry}"
-        try:
-            with open(f"{base}/stat", "rb") as fh:
-                fields = fh.read().rsplit(b")", 1)[1].split()
-            with open(f"{base}/cmdline", "rb") as fh:
-                cmdline = fh.read().replace(b"\0", b" ").decode("utf-8", "replace").strip()
-        except (OSError, IndexError):
-            continue  # gone meanwhile
-        try:
-            with open(f"{base}/environ", "rb") as fh:
-                environ = fh.read().split(b"\0")
-        except OSError:  # not ours to read
-            environ = []
-        prefix = f"{RUN_ENV}=".encode()
-        run = next((v[len(prefix):].decode("utf-8", "replace") for v in environ
-                    if v.startswith(prefix)), None)
-        found[int(entry)] = Proc(int(entry), int(fields[1]), int(fields[2]), int(fields[3]),
-                                 fields[0].decode(), int(fields[19]), cmdline, run)
+        if info["ppid"] is None or info["create_time"] is None:
+            continue
+        run = (info["environ"] or {}).get(RUN_ENV)  # None: not ours to read, or unset
+        found[proc.pid] = Proc(proc.pid, info["ppid"], pgid, sid,
+                               _STATES.get(info["status"], "?"), info["create_time"],
+                               " ".join(info["cmdline"] or ()), run)
     return found
 
 

@@ -12,6 +12,7 @@ import textwrap
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 
 from crawler.stack.cluster import CLUSTER_ENV, Cluster
@@ -63,9 +64,8 @@ def test_a_zombie_is_not_alive_and_a_gone_process_has_no_command_line():
         os.kill(child.pid, signal.SIGKILL)
         deadline = time.monotonic() + 5
         while time.monotonic() < deadline:  # a zombie until reaped: still not alive
-            with open(f"/proc/{child.pid}/stat") as fh:
-                if fh.read().rsplit(")", 1)[1].split()[0] == "Z":
-                    break
+            if psutil.Process(child.pid).status() == psutil.STATUS_ZOMBIE:
+                break
             time.sleep(0.02)
         assert not _alive(child.pid)  # (which reaps it: it is our child)
         assert _cmdline(child.pid) == ""
