@@ -59,19 +59,36 @@ def cfg(**kw) -> FrontierConfig:
                                       duration_factor=0.0), **kw)
 
 
+class Slot:
+    """A ValueState: the host's robots.txt body; counts its writes."""
+
+    def __init__(self) -> None:
+        self.stored = None
+        self.writes = 0
+
+    def value(self):
+        return self.stored
+
+    def update(self, value) -> None:
+        self.writes += 1
+        self.stored = pickle.loads(pickle.dumps(value))  # what keyed state gives back
+
+
 class Stores:
-    """The frontier job's four pieces of keyed state, as dicts."""
+    """The frontier job's five pieces of keyed state, as dicts."""
 
     def __init__(self) -> None:
         self.host = None
         self.urls, self.resident, self.segments = DictKeyValue(), DictKeyValue(), DictKeyValue()
+        self.robots = Slot()
 
     def save(self, h: HostFrontier) -> None:
-        self.host = h.save(self.urls, self.resident, self.segments)
+        self.host = pickle.loads(pickle.dumps(
+            h.save(self.urls, self.resident, self.segments, self.robots)))
 
     def load(self, c: FrontierConfig) -> HostFrontier:
         return HostFrontier.load(H, self.host, c, self.urls, self.resident, self.segments,
-                                 self.urls.items, self.resident.keys)
+                                 self.urls.items, self.resident.keys, self.robots)
 
 
 def answer(lease, outcome=Outcome.OK) -> FetchResult:
@@ -234,3 +251,56 @@ def test_state_written_with_enum_members_still_restores():
     r = HostFrontier.restore({**old, "urls": old_urls}, c)
     assert r.in_flight[lease.lease_id].kind is Kind.ROBOTS and r.check_invariants() == []
     assert all(isinstance(u.status, UrlStatus) for u in r.urls.values())
+
+
+def test_robots_body_is_kept_apart_and_written_only_when_it_changes():
+    """The host's value (rewritten on every call) holds no robots.txt body: that is in
+    a value of its own, written when the body changes, and read back on a rebuild."""
+    c, stores = cfg(), Stores()
+    h = stores.load(c)
+    h.discover(f"{H}/private/x", 0.0, checked=True)
+    h.discover(f"{H}/a", 0.0, checked=True)
+    robots = h.poll(0.0)
+    assert robots.kind is Kind.ROBOTS
+    body = "User-agent: *\nDisallow: /private/\n" + "# filler\n" * 20_000
+    h.complete(FetchResult(robots.lease_id, robots.url_id, robots.url_version, Outcome.OK,
+                           Kind.ROBOTS, robots.attempt, http_status=200,
+                           robots_body=body.encode()), 0.0)
+    stores.save(h)
+    assert "body" not in stores.host["robots"]
+    assert stores.robots.stored == (body,) and stores.robots.writes == 1
+    assert len(pickle.dumps(stores.host)) < 5_000 < len(body)
+    for step in range(3):  # calls that do not touch robots.txt write only the host's value
+        lease = h.poll(1.0 + step)
+        if lease is not None:
+            h.complete(answer(lease), 1.0 + step)
+        stores.save(h)
+    assert stores.robots.writes == 1
+    r = stores.load(c)  # rebuilt from keyed state (after an eviction or a restore)
+    assert r.gate.state.body == body and r.added_fields == frozenset()
+    assert r.check_invariants() == []
+    assert r.gate.parsed is not None  # the rules in force again
+    assert not r.gate.parsed.is_allowed("FlinkCrawler", f"{H}/private/x")
+    assert r.gate.parsed.is_allowed("FlinkCrawler", f"{H}/a")
+    stores.save(r)
+    assert stores.robots.writes == 1  # read back, unchanged: not written again
+
+
+def test_state_with_the_robots_body_in_the_host_value_restores_and_moves_it():
+    """State written before the body was kept apart: restored from the host's value,
+    moved to its own value at the next write, with no added field reported."""
+    c, stores = cfg(), Stores()
+    h = stores.load(c)
+    h.discover(f"{H}/a", 0.0, checked=True)
+    robots = h.poll(0.0)
+    h.complete(answer(robots), 0.0)
+    old = pickle.loads(pickle.dumps(h.save(stores.urls, stores.resident, stores.segments)))
+    assert old["robots"]["body"] == "User-agent: *\nAllow: /\n"  # no slot: in the value
+    stores.host = old
+    r = stores.load(c)
+    assert r.gate.state.body == "User-agent: *\nAllow: /\n" and r.added_fields == frozenset()
+    assert stores.robots.writes == 0
+    stores.save(r)
+    assert "body" not in stores.host["robots"]
+    assert stores.robots.stored == ("User-agent: *\nAllow: /\n",)
+    assert stores.load(c).gate.state.body == "User-agent: *\nAllow: /\n"

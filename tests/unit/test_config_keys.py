@@ -385,6 +385,9 @@ class _Metrics:
     def __init__(self, registry: dict | None = None, labels: tuple = ()) -> None:
         self.registry = {} if registry is None else registry
         self.labels = labels
+        # What an operator holds back before Flink sees it (batched counters): handed
+        # over before a read, as the operator does within a second.
+        self.flushers: list[Callable[[], None]] = []
 
     def add_group(self, key: str, value: str | None = None) -> _Metrics:
         return _Metrics(self.registry, (*self.labels, (key, value)))
@@ -397,6 +400,8 @@ class _Metrics:
 
     def read(self, name: str, **labels: str) -> int:
         """A counter's count or a gauge's value (0 if never created)."""
+        for flush in self.flushers:
+            flush()
         metric = self.registry.get((name, tuple(labels.items())))
         return 0 if metric is None else metric() if callable(metric) else metric.count
 
@@ -587,6 +592,7 @@ class FrontierJob:
         self.intake_runtime = RuntimeContext(self, parallelism)
         self.intake.open(self.intake_runtime)
         self.fn.open(self.runtime)
+        self.runtime.metrics.flushers.append(self.fn.metrics.batch.flush)
 
     @contextlib.contextmanager
     def clock(self) -> Iterator[FrontierJob]:

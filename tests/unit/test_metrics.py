@@ -137,6 +137,7 @@ def test_the_frontier_size_gauges_follow_each_host_and_restart_from_zero(world):
     # when it is next touched (not twice: it was counted by the earlier incarnation).
     job.runtime.metrics = _Metrics()
     job.fn.open(job.runtime)
+    job.runtime.metrics.flushers.append(job.fn.metrics.batch.flush)
     with job.clock():
         job.discover([H + "/c"])
         job.discover([other + "/y"])

@@ -8,6 +8,7 @@ import uuid
 from typing import Any
 
 from udfs.core.frontier import GAUGES, HostFrontier
+from udfs.flink.counters import CounterBatch
 
 # Eligibility lag buckets (seconds), Prometheus-histogram style: each bucket counts the
 # leases granted at most that long after their URL came due (cumulative, so that
@@ -17,39 +18,44 @@ LAG_BUCKETS_S = (1, 5, 30, 60, 300, 600, 1800, 3600, 21600, 86400)
 ROBOTS_AGE_BUCKETS_S = (60, 600, 3600, 21600, 86400, 172800)
 
 
-def _histogram(group, bucket_name: str, buckets: tuple[float, ...]) -> list[tuple[float, Any]]:
+def _histogram(batch: CounterBatch, group, bucket_name: str, buckets: tuple[float, ...]
+               ) -> list[tuple[float, Any]]:
     """Cumulative bucket counters {le} (+Inf included) of a Prometheus-style histogram."""
-    return [(b, group.add_group("le", "+Inf" if b == math.inf else str(b))
-             .counter(bucket_name)) for b in (*buckets, math.inf)]
+    return [(b, batch.counter(group.add_group("le", "+Inf" if b == math.inf else str(b)),
+                              bucket_name)) for b in (*buckets, math.inf)]
 
 
 class FrontierMetrics:
     """The frontier's metrics (a `FrontierObserver`): every counted event of the hosts'
     schedulers as frontier_events_total{event}, and the eligibility lag of page leases
     as eligibility_lag_seconds_bucket{priority_class, le} with its _count. Label values
-    are event names and fixed buckets: no per-host series."""
+    are event names and fixed buckets: no per-host series. The counters are batched
+    (udfs/flink/counters.py): the operator calls `batch.due()`."""
 
     def __init__(self, group) -> None:
         self.group = group
+        self.batch = b = CounterBatch()
         self.events: dict[str, Any] = {}
         self.lag: dict[bool, list[tuple[float, Any]]] = {}
         self.lag_count: dict[bool, Any] = {}
         for high, name in ((True, "high"), (False, "normal")):
             cls = group.add_group("priority_class", name)
-            self.lag[high] = _histogram(cls, "eligibility_lag_seconds_bucket", LAG_BUCKETS_S)
-            self.lag_count[high] = cls.counter("eligibility_lag_seconds_count")
-        self.robots_age = _histogram(group, "robots_age_seconds_bucket", ROBOTS_AGE_BUCKETS_S)
-        self.robots_age_count = group.counter("robots_age_seconds_count")
+            self.lag[high] = _histogram(b, cls, "eligibility_lag_seconds_bucket",
+                                        LAG_BUCKETS_S)
+            self.lag_count[high] = b.counter(cls, "eligibility_lag_seconds_count")
+        self.robots_age = _histogram(b, group, "robots_age_seconds_bucket",
+                                     ROBOTS_AGE_BUCKETS_S)
+        self.robots_age_count = b.counter(group, "robots_age_seconds_count")
         # The frontier's size (udfs/core/frontier/config.py GAUGES): counters moved up and down
         # by each host's change, so they read as gauges (Flink exports counters as such).
-        self.size = [group.counter(name) for name in GAUGES]
+        self.size = [b.counter(group, name) for name in GAUGES]
         self.epoch = uuid.uuid4().hex  # this incarnation: counts restart from zero
 
     def event(self, name: str) -> None:
         counter = self.events.get(name)
         if counter is None:
-            counter = self.events[name] = self.group.add_group("event", name).counter(
-                "frontier_events_total")
+            counter = self.events[name] = self.batch.counter(
+                self.group.add_group("event", name), "frontier_events_total")
         counter.inc()
 
     def leased(self, lag_s: float, high_value: bool) -> None:

@@ -218,6 +218,8 @@ class FrontierFunction(KeyedProcessFunction):
         self.resident = ctx.get_map_state(MapStateDescriptor("resident", Types.STRING(),
                                                              Types.BOOLEAN()))
         self.segments = ctx.get_map_state(MapStateDescriptor("cold", Types.STRING(), bytes_))
+        # The host's robots.txt body, apart from its value, which every call rewrites.
+        self.robots_body = ctx.get_state(ValueStateDescriptor("robots_body", bytes_))
         self.cache: OrderedDict[str, HostFrontier] = OrderedDict()
         self.cached_urls = 0  # URLs held by the cached hosts
         # Hosts restored from state written by a build that lacked some of this
@@ -227,6 +229,19 @@ class FrontierFunction(KeyedProcessFunction):
             "hosts_restored_with_added_fields")
         self.metrics = FrontierMetrics(ctx.get_metrics_group())
         self.added_reported: set[frozenset[str]] = set()
+        # The timer each cached host has armed and not yet seen fire, so that a call
+        # that ends with the same wake time does not ask the JVM for it again.
+        self.armed: dict[str, int] = {}
+
+    def close(self) -> None:
+        self.metrics.batch.flush()
+
+    def _now(self, ctx) -> float:
+        """The crawl clock: a virtual clock's watermark (`crawl_now`), or else this
+        machine's wall clock, by which the processing-time timers fire too."""
+        if self.cfg.clock_topic:
+            return crawl_now(ctx.timer_service().current_watermark())
+        return _now()
 
     # -- state ----------------------------------------------------------------------
 
@@ -237,7 +252,7 @@ class FrontierFunction(KeyedProcessFunction):
             return h
         h = HostFrontier.load(key, self.host_state.value(), self.cfg, self.url_state,
                               self.resident, self.segments, self.url_state.items,
-                              self.resident.keys)
+                              self.resident.keys, self.robots_body)
         if h.added_fields:
             self.restored_with_added.inc()
             if h.added_fields not in self.added_reported:
@@ -251,13 +266,15 @@ class FrontierFunction(KeyedProcessFunction):
 
     def _save(self, h: HostFrontier, before: int, now: float) -> None:
         self.metrics.sized(h, now)
-        self.host_state.update(h.save(self.url_state, self.resident, self.segments))
+        self.host_state.update(h.save(self.url_state, self.resident, self.segments,
+                                      self.robots_body))
         self.cached_urls += len(h.urls) - before
         # Bounded by hosts and by URLs; a dropped host's state is already in Flink.
         while len(self.cache) > 1 and (len(self.cache) > self.cfg.cache_hosts or
                                        self.cached_urls > self.cfg.cache_urls):
-            _, old = self.cache.popitem(last=False)
+            key, old = self.cache.popitem(last=False)
             self.cached_urls -= len(old.urls)
+            self.armed.pop(key, None)
 
     def _finish(self, h: HostFrontier, before: int, now: float, ctx):
         """Grant what the host allows now, save, and arm the next timer."""
@@ -273,20 +290,26 @@ class FrontierFunction(KeyedProcessFunction):
         for t in moves:  # a hot host's moves to and from its shards
             yield SHARDS, transfer_row(self.reg, t)
         self._save(h, before, now)
+        self.metrics.batch.due()
         wake = h.next_wake(now)
         if wake is None:
             return
+        at = max(ms(wake), ms(now) + 1)
+        if self.armed.get(h.host_key) == at:  # already armed for then, not yet fired
+            return
+        self.armed[h.host_key] = at
         if self.cfg.clock_topic:  # a virtual clock: fires when its watermark passes
-            ctx.timer_service().register_event_time_timer(max(ms(wake), ms(now) + 1))
+            ctx.timer_service().register_event_time_timer(at)
         else:  # the wall clock: on time to the millisecond, not at the next tick
-            ctx.timer_service().register_processing_time_timer(max(ms(wake), ms(now) + 1))
+            ctx.timer_service().register_processing_time_timer(at)
 
     # -- inputs -----------------------------------------------------------------------
 
     def process_element(self, row, ctx):
         if row[1] == TICK:  # the clock's own records: only their watermarks matter
+            self.metrics.batch.due()  # (and they bring a quiet subtask's counts out)
             return
-        now = crawl_now(ctx.timer_service().current_watermark())
+        now = self._now(ctx)
         payload = pickle.loads(row[2])
         if row[1] == "S" and payload.kind != "REFILL":  # to one of a hot host's shards
             yield from self._shard(row[0], payload)
@@ -360,5 +383,8 @@ class FrontierFunction(KeyedProcessFunction):
 
     def on_timer(self, timestamp: int, ctx):
         now = crawl_now(timestamp)
-        h = self._host(ctx.get_current_key())
+        key = ctx.get_current_key()
+        if self.armed.get(key) == timestamp:
+            del self.armed[key]
+        h = self._host(key)
         yield from self._finish(h, len(h.urls), now, ctx)

@@ -265,18 +265,20 @@ class HostFrontier:
         state.restore(h, snap)
         return h
 
-    def save(self, urls: KeyValue, resident: KeyValue, segments: KeyValue) -> dict[str, Any]:
+    def save(self, urls: KeyValue, resident: KeyValue, segments: KeyValue,
+             robots: state.Slot | None = None) -> dict[str, Any]:
         """Write what changed since the last save; returns the host's own value to store."""
-        return state.save(self, urls, resident, segments)
+        return state.save(self, urls, resident, segments, robots)
 
     @classmethod
     def load(cls, host_key: str, saved: dict[str, Any] | None, cfg: FrontierConfig,
              urls: KeyValue, resident: KeyValue, segments: KeyValue,
              all_urls: Callable[[], Iterable[tuple[str, Any]]],
-             resident_ids: Callable[[], Iterable[str]]) -> HostFrontier:
+             resident_ids: Callable[[], Iterable[str]], robots: state.Slot | None = None
+             ) -> HostFrontier:
         """Rebuild a host from keyed storage (see state.load)."""
         h = cls(host_key if saved is None else saved["host_key"], cfg)
-        state.load(h, saved, urls, resident, segments, all_urls, resident_ids)
+        state.load(h, saved, urls, resident, segments, all_urls, resident_ids, robots)
         return h
 
     def check_invariants(self) -> list[str]:

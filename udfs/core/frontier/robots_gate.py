@@ -21,11 +21,14 @@ from udfs.core.robots_state import (
     fetch_due,
 )
 
+UNSTORED = object()  # RobotsGate.stored_body before the body was first written or read
+
 
 class RobotsGate:
     """robots.txt of one host: when to fetch it, and what it allows."""
 
-    __slots__ = ("host_key", "policy", "state", "version", "lease", "follow", "hops", "parsed")
+    __slots__ = ("host_key", "policy", "state", "version", "lease", "follow", "hops", "parsed",
+                 "stored_body")
 
     def __init__(self, host_key: str, policy: RobotsPolicy) -> None:
         self.host_key = host_key
@@ -36,6 +39,9 @@ class RobotsGate:
         self.follow: tuple[str, int] | None = None  # redirect to fetch next, hops
         self.hops = 0  # redirects behind the robots lease in flight
         self.parsed: RobotsTxt | None = None
+        # The body last written to (or read from) keyed storage's own robots.txt value
+        # (state.save), compared by identity: the body is written only when it changed.
+        self.stored_body: object = UNSTORED
 
     def reparse(self) -> None:
         """Derive the parsed rules from the state (after a fetch or a restore)."""

@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import fields, replace
 from enum import Enum
 from functools import cache
+from operator import attrgetter
 from typing import Any, Protocol, get_type_hints
 
 from udfs.core.coldqueue import KeyValue
@@ -21,7 +22,7 @@ from udfs.core.frontier.completion import Completions
 from udfs.core.frontier.leasing import LeaseBook
 from udfs.core.frontier.pacer import Pacer
 from udfs.core.frontier.queue import UrlQueue
-from udfs.core.frontier.robots_gate import RobotsGate
+from udfs.core.frontier.robots_gate import UNSTORED, RobotsGate
 from udfs.core.frontier.sharding import ShardLink
 from udfs.core.politeness import HostPolicy
 from udfs.core.records import Lease, is_layout, saved_from_values, url_from_saved
@@ -48,6 +49,14 @@ class HostParts(Protocol):
     commands: list[str]
     counted: tuple[str, tuple[int, ...]] | None
     added_fields: frozenset[str]
+
+
+class Slot(Protocol):
+    """One stored value (a Flink ValueState): the host's robots.txt body."""
+
+    def value(self) -> Any: ...
+
+    def update(self, value: Any) -> None: ...
 
 
 def host_state(h: HostParts) -> dict[str, Any]:
@@ -130,25 +139,37 @@ def restore(h: HostParts, snap: dict[str, Any]) -> None:
 
 def load(h: HostParts, saved: dict[str, Any] | None, urls: KeyValue, resident: KeyValue,
          segments: KeyValue, all_urls: Callable[[], Iterable[tuple[str, Any]]],
-         resident_ids: Callable[[], Iterable[str]]) -> None:
+         resident_ids: Callable[[], Iterable[str]], robots: Slot | None = None) -> None:
     """Fill a new host from keyed storage (nothing saved: it stays new): a big host
-    loads only its resident window, a small one all its URLs."""
+    loads only its resident window, a small one all its URLs. `robots`: where `save`
+    keeps the robots.txt body apart (state written before it was kept apart has the
+    body in the host's value; the next save moves it)."""
     if saved is not None:
         if saved.get("big"):
             window = {uid: urls.get(uid) for uid in resident_ids()}
             window = {uid: v for uid, v in window.items() if v is not None}
         else:
             window = dict(all_urls())
+        stored: object = UNSTORED
+        kept = saved.get("robots")
+        if robots is not None and isinstance(kept, dict) and "body" not in kept:
+            value = robots.value()
+            stored = None if value is None else value[0]
+            saved = {**saved, "robots": {**kept, "body": stored}}
         restore(h, {**saved, "urls": window})
+        h.gate.stored_body = stored
     h.window.attach(segments, urls)
 
 
-def save(h: HostParts, urls: KeyValue, resident: KeyValue, segments: KeyValue
-         ) -> dict[str, Any]:
+def save(h: HostParts, urls: KeyValue, resident: KeyValue, segments: KeyValue,
+         robots: Slot | None = None) -> dict[str, Any]:
     """Write what changed since the last save; returns the host's own value to store.
 
     `urls`: url_id → URL by field name (every URL, resident or cold); `resident`: the
-    ids in memory (kept only once the host is big); `segments`: the cold queue.
+    ids in memory (kept only once the host is big); `segments`: the cold queue;
+    `robots`: the robots.txt body (up to 512 KiB), written only when it changed, so
+    that the host's own value, rewritten on every call, stays small. Without it the
+    body stays in the host's value.
     """
     if h.window.store is None:
         h.window.attach(segments, urls)
@@ -164,7 +185,13 @@ def save(h: HostParts, urls: KeyValue, resident: KeyValue, segments: KeyValue
         resident.put(uid, True)
     for uid in removed:
         resident.remove(uid)
-    return host_state(h)
+    snap = host_state(h)
+    if robots is not None:
+        body = snap["robots"].pop("body")
+        if body is not h.gate.stored_body:
+            robots.update((body,))
+            h.gate.stored_body = body
+    return snap
 
 
 @cache
@@ -175,20 +202,26 @@ def _enum_fields(cls: type) -> dict[str, type[Enum]]:
             if isinstance(hints[f.name], type) and issubclass(hints[f.name], Enum)}
 
 
-def _plain(value: Any) -> Any:
-    return value.value if isinstance(value, Enum) else value
-
-
 @cache
 def _field_names(cls: type) -> tuple[str, ...]:
     return tuple(f.name for f in fields(cls))
+
+
+@cache
+def _field_values(cls: type) -> Callable[[Any], tuple[Any, ...]]:
+    """A record's field values in `_field_names` order, in one call (every host's value
+    is rebuilt on every call of the frontier, some hundred fields)."""
+    names = _field_names(cls)
+    get = attrgetter(*names)
+    return get if len(names) > 1 else lambda record: (get(record),)
 
 
 def _fields_of(record: Any) -> dict[str, Any]:
     """A dataclass record as {field name: value}, enums by their value: keyed state holds
     builtin types only, so renaming or moving a class of ours never breaks a savepoint."""
     cls: type = type(record)
-    return {name: _plain(getattr(record, name)) for name in _field_names(cls)}
+    return {name: value.value if isinstance(value, Enum) else value
+            for name, value in zip(_field_names(cls), _field_values(cls)(record), strict=True)}
 
 
 def _from_fields(cls: type, saved: Any, added: set[str] | None = None, where: str = ""
