@@ -2,6 +2,7 @@
 
     python bench/bench_crawl.py [--sites 200,2000] [--seconds 120] [--gap 0.2]
                                 [--page-bytes 20000] [--checkpoint-ms 10000]
+                                [--variant KEY=VALUE[,KEY=VALUE...]] ...
 
 For each web size, both crawl a fresh synthetic web (same seed) for the same time with
 one request in flight per host, the same delay between requests and robots.txt obeyed.
@@ -11,7 +12,9 @@ Python workers and the Kafka broker; for Scrapy its process) per page, and the
 politeness oracle's violations over each crawler's own request log. The synthetic web
 serves from the benchmark's own process for both and is not counted. Scrapy runs from
 its own virtualenv under .cache (installed from PyPI on first use), resolving the .test
-names to 127.0.0.1. Needs the local stack (`./dev up`).
+names to 127.0.0.1. `--variant` runs this crawler once more per variant, with those
+settings over the defaults, reported beside the default run. Needs the local stack
+(`./dev up`).
 """
 
 from __future__ import annotations
@@ -183,7 +186,13 @@ def main() -> None:
     ap.add_argument("--page-bytes", type=int, default=20_000)
     ap.add_argument("--checkpoint-ms", type=int, default=10_000,
                     help="this crawler's checkpoint interval (the shipped default: 10 s)")
+    ap.add_argument("--variant", action="append", default=[], metavar="KEY=VALUE,...",
+                    help="also run this crawler with these settings (repeatable)")
     args = ap.parse_args()
+    variants = [tuple(v.split(",")) for v in args.variant]
+    for v in variants:
+        if not all("=" in kv for kv in v):
+            ap.error(f"--variant {','.join(v)}: expected KEY=VALUE[,KEY=VALUE...]")
     sizes = [int(x) for x in args.sites.split(",")]
     scrapy_python()  # install first, outside the timed part
     rows = [("seconds / gap / page size / our checkpoint interval",
@@ -196,6 +205,9 @@ def main() -> None:
                 args.checkpoint_ms)
             (theirs, theirs_v, theirs_kinds), theirs_s, theirs_cpu = run_scrapy(
                 sites, args.seconds, args.gap, Path(tmp), args.page_bytes)
+            other = [(v, run_ours(sites, args.seconds, args.gap, Path(tmp) / f"variant{i}",
+                                  args.page_bytes, args.checkpoint_ms, v))
+                     for i, v in enumerate(variants)]
         ours_cpu = sum(ours_parts.values())
         ours_rate, theirs_rate = ours / ours_s, theirs / theirs_s
         ours_ms, theirs_ms = 1000 * ours_cpu / max(ours, 1), 1000 * theirs_cpu / max(theirs, 1)
@@ -212,6 +224,17 @@ def main() -> None:
             (f"{sites} sites: politeness violations, this crawler", f"{ours_v} {ours_kinds}"),
             (f"{sites} sites: politeness violations, Scrapy", f"{theirs_v} {theirs_kinds}"),
         ]
+        for v, ((pages, violations, _kinds), secs, parts) in other:
+            cpu = sum(parts.values())
+            rate = pages / secs
+            rows += [
+                (f"{sites} sites, {','.join(v)}: pages/s (ratio to Scrapy)",
+                 f"{rate:,.1f} ({rate / max(theirs_rate, 1e-9):.2f})"),
+                (f"{sites} sites, {','.join(v)}: CPU ms per page (by part)",
+                 f"{1000 * cpu / max(pages, 1):.1f} (" + ", ".join(
+                     f"{name} {1000 * c / max(pages, 1):.1f}" for name, c in parts.items())
+                 + f"); violations {violations}"),
+            ]
     record("crawl", "The whole crawl vs Scrapy on the synthetic web", rows,
            notes="Same web (seed), same per-host politeness settings: 1 in flight, the same "
                  "delay, robots.txt obeyed. The oracle holds both to each host's own policy, "

@@ -97,6 +97,7 @@ class Site:
     async def _start(self):
         app = web.Application()
         routes = [("/page", self.page), ("/bytes/{n}", self.bytes_), ("/gzip/{n}", self.gzip_),
+                  ("/text/{n}", self.text),
                   ("/robots/{n}", self.robots), ("/sitemap/{n}", self.sitemap),
                   ("/sitemap-gz/{n}", self.sitemap_gz), ("/stall/{ms}", self.stall),
                   ("/drip/{count}/{ms}", self.drip), ("/hostile/{kind}/{n}", self.hostile)]
@@ -111,6 +112,17 @@ class Site:
     async def page(self, request):
         self.headers.append(dict(request.headers))
         return web.Response(text=PAGE_HTML, content_type="text/html")
+
+    async def text(self, request):
+        """n words of prose-like text (a fixed draw from 500 made-up words)."""
+        import random
+
+        rng = random.Random(7)
+        vocab = ["".join(rng.choice("etaoinshrdlcumwfgypbvk") for _ in range(rng.randint(2, 9)))
+                 for _ in range(500)]
+        words = " ".join(rng.choice(vocab) for _ in range(int(request.match_info["n"])))
+        return web.Response(text=f"<html><body><p>{words}</p></body></html>",
+                            content_type="text/html")
 
     async def bytes_(self, request):
         return web.Response(body=b"<html>" + b"a" * int(request.match_info["n"]),
@@ -1431,6 +1443,14 @@ def p_bodies(cfg, w):
             type(audit.fn.store).__name__, [(m, u) for m, u, _ in audit.s3])
 
 
+def p_gzip_level(cfg, w):
+    """Bytes stored for one page of 8,000 words: its body object, and the WARC file."""
+    where = w.fresh_dir("gzip")
+    fetch_once(cfg, w, w.url("/text/8000"), cwd=where)
+    return tuple(sum(p.stat().st_size for p in where.rglob(pattern))
+                 for pattern in ("raw/**/*.gz", "warc/**/*.warc.gz"))
+
+
 def p_warc(cfg, w):
     """The WARC files the fetcher publishes for three fetches of one page (the third after
     400 s on the writer's clock and a tick of the job): per file its folder, name and
@@ -2108,6 +2128,10 @@ EFFECTS: dict[str, Effect] = {
         and [f.split("/")[:2] for f in c[1]] == [["bodies", "audit"], ["bodies", "raw"],
                                                  ["bodies", "warc"]],
         "bodies, WARC files and the audit trail go under the folder",
+        base=tuple(LOOPBACK_NETS)),
+    "storage.gzip_level": Effect(
+        p_gzip_level, 1, lambda d, c, ch: 0 < d[0] < c[0] and 0 < d[1] < c[1],
+        "bodies and WARC records are compressed less (more bytes) at level 1",
         base=tuple(LOOPBACK_NETS)),
     # warc
     "warc.enabled": Effect(

@@ -198,6 +198,7 @@ class Warc(Section):
 class Storage(Section):
     backend: Annotated[str, one_of("local", "s3")]
     local_dir: Annotated[str, rule(r.not_empty)]
+    gzip_level: Annotated[int, between(1, 9)]
 
 
 class S3(Section):

@@ -162,7 +162,7 @@ class FetchFunction(AsyncFunction):
             temp_dir=cfg["warc.temp_dir"],
             host=f"{socket.gethostname()}-t{subtask}-{uuid.uuid4().hex[:6]}",
             dedup_entries=cfg["warc.dedup_entries"], operator=self.user_agent,
-            store_id=store_identity(cfg))
+            store_id=store_identity(cfg), gzip_level=cfg["storage.gzip_level"])
 
     def _warc_tick(self) -> None:
         """At most once a second: have the writer publish its file if it is old enough

@@ -61,8 +61,9 @@ class ObjectStore(Protocol):
 
 
 class LocalStore:
-    def __init__(self, directory: str | os.PathLike[str]) -> None:
+    def __init__(self, directory: str | os.PathLike[str], gzip_level: int = 6) -> None:
         self.root = Path(directory)
+        self.gzip_level = gzip_level  # of the bodies (storage.gzip_level)
 
     def put_body(self, body: bytes, tier: str = "standard") -> tuple[str, str, bool]:
         # (a directory has no storage classes: every tier is stored alike)
@@ -75,7 +76,7 @@ class LocalStore:
         # Write to a temporary file and rename: a crash never leaves a half object.
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
         with os.fdopen(fd, "wb") as fh:
-            fh.write(gzip.compress(body, compresslevel=6))
+            fh.write(gzip.compress(body, compresslevel=self.gzip_level))
         os.replace(tmp, path)
         return sha, key, True
 
@@ -124,10 +125,12 @@ class LocalStore:
 
 
 class S3Store:
-    def __init__(self, client: Any, bucket: str, low_tier_class: str = "") -> None:
+    def __init__(self, client: Any, bucket: str, low_tier_class: str = "",
+                 gzip_level: int = 6) -> None:
         self.client = client
         self.bucket = bucket
         self.low_tier_class = low_tier_class  # "": the bucket's default for every body
+        self.gzip_level = gzip_level  # of the bodies (storage.gzip_level)
 
     def put_body(self, body: bytes, tier: str = "standard") -> tuple[str, str, bool]:
         from botocore.exceptions import ClientError
@@ -142,7 +145,8 @@ class S3Store:
                 raise
         colder = {"StorageClass": self.low_tier_class} \
             if tier == "low" and self.low_tier_class else {}
-        self.client.put_object(Bucket=self.bucket, Key=key, Body=gzip.compress(body, 6),
+        self.client.put_object(Bucket=self.bucket, Key=key,
+                               Body=gzip.compress(body, self.gzip_level),
                                ContentType="application/gzip",
                                Metadata={"sha256": sha, "bytes": str(len(body))}, **colder)
         return sha, key, True
@@ -182,5 +186,6 @@ def open_store(cfg: Config) -> ObjectStore:
     if cfg["storage.backend"] == "s3":
         from udfs.storage.objectstore import s3_client
 
-        return S3Store(s3_client(cfg), cfg["s3.bucket"], cfg["s3.low_tier_storage_class"])
-    return LocalStore(cfg["storage.local_dir"])
+        return S3Store(s3_client(cfg), cfg["s3.bucket"], cfg["s3.low_tier_storage_class"],
+                       gzip_level=cfg["storage.gzip_level"])
+    return LocalStore(cfg["storage.local_dir"], cfg["storage.gzip_level"])

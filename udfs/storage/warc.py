@@ -161,12 +161,13 @@ def _header(headers: Sequence[tuple[str, str]], name: str) -> str | None:
     return next((v for k, v in headers if k.lower() == name), None)
 
 
-def _gzip_member(rec) -> bytes:
+def _gzip_member(rec, level: int = 6) -> bytes:
     """One record, written by warcio (digests and length checked by it), as its own
-    gzip member (level 6: warcio's own wrapper uses 9, several times slower)."""
+    gzip member (storage.gzip_level; warcio's own wrapper uses 9, several times slower
+    than the default 6)."""
     out = io.BytesIO()
     WARCWriter(out, gzip=False, warc_version=WARC_VERSION).write_record(rec)
-    c = zlib.compressobj(6, zlib.DEFLATED, zlib.MAX_WBITS + 16)
+    c = zlib.compressobj(level, zlib.DEFLATED, zlib.MAX_WBITS + 16)
     return c.compress(out.getvalue()) + c.flush()
 
 
@@ -178,8 +179,8 @@ def _block_digest(http: StatusAndHeaders, payload: bytes) -> str:
     return sha256_b32(http.headers_buff + payload)
 
 
-def build_records(f: Fetch, refers_to: tuple[str, str, str] | None = None
-                  ) -> list[Record]:
+def build_records(f: Fetch, refers_to: tuple[str, str, str] | None = None,
+                  gzip_level: int = 6) -> list[Record]:
     """The records of one fetch: [response or revisit, request].
 
     `refers_to`: (record id, URI, WARC-Date) of the response record whose payload this
@@ -219,7 +220,7 @@ def build_records(f: Fetch, refers_to: tuple[str, str, str] | None = None
         headers["WARC-Block-Digest"] = _block_digest(http, b"")
         rec = _BUILDER.create_warc_record(f.url, "revisit", http_headers=http,
                                           warc_headers_dict=headers)
-        main = Record("revisit", resp_id, _gzip_member(rec), f.url, f.fetched_at_ms,
+        main = Record("revisit", resp_id, _gzip_member(rec, gzip_level), f.url, f.fetched_at_ms,
                       ex.status, "warc/revisit", digest)
     else:
         headers = {"WARC-Record-ID": resp_id, **common, **extra,
@@ -230,7 +231,7 @@ def build_records(f: Fetch, refers_to: tuple[str, str, str] | None = None
         rec = _BUILDER.create_warc_record(f.url, "response", payload=io.BytesIO(ex.payload),
                                           length=len(ex.payload), http_headers=http,
                                           warc_headers_dict=headers)
-        main = Record("response", resp_id, _gzip_member(rec), f.url, f.fetched_at_ms,
+        main = Record("response", resp_id, _gzip_member(rec, gzip_level), f.url, f.fetched_at_ms,
                       ex.status, mime, payload_digest)
     req_http = StatusAndHeaders(f"{ex.method} {ex.target} {ex.version}", ex.request_headers,
                                 protocol="", is_http_request=True)
@@ -239,7 +240,8 @@ def build_records(f: Fetch, refers_to: tuple[str, str, str] | None = None
                    "WARC-Payload-Digest": sha256_b32(b"")}
     req = _BUILDER.create_warc_record(f.url, "request", http_headers=req_http,
                                       warc_headers_dict=req_headers)
-    return [main, Record("request", req_id, _gzip_member(req), f.url, f.fetched_at_ms)]
+    return [main, Record("request", req_id, _gzip_member(req, gzip_level), f.url,
+                         f.fetched_at_ms)]
 
 
 def warcinfo_record(filename: str, opened_ms: int, info: dict[str, str]) -> Record:

@@ -172,8 +172,9 @@ class WarcWriter:
     def __init__(self, store: Any, *, prefix: str, file_prefix: str, policy: RollPolicy,
                  temp_dir: str = "", host: str | None = None, dedup_entries: int = 100_000,
                  clock: Callable[[], float] = time.time, operator: str = "",
-                 store_id: str = "") -> None:
+                 store_id: str = "", gzip_level: int = 6) -> None:
         self.store = store
+        self.gzip_level = gzip_level  # of each record's gzip member (storage.gzip_level)
         self.prefix = prefix
         self.file_prefix = file_prefix
         self.policy = policy
@@ -242,7 +243,7 @@ class WarcWriter:
         digest = sha256_b32(ex.payload) if cacheable else None
         if digest is not None:
             digest_ref = self.dedup.get(digest)
-        records = build_records(fetch, digest_ref)
+        records = build_records(fetch, digest_ref, self.gzip_level)
         if self._fh is None:
             self._open()
         where = None
