@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from pyflink.common import Row, Types
 
 from udfs.config import load_config
+from udfs.config.policies import frontier_config
 from udfs.flink.runtime import ROW_KEY_VALUE, KafkaIO, make_env
 from udfs.frontier.audit import audit_trail
 from udfs.frontier.index import ContentDedup, NearDuplicateBand
@@ -45,6 +46,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     args = ap.parse_args(argv)
     cfg = load_config(args.config, overrides=args.set)
     print(cfg.log_line("frontier"), flush=True)  # what this job was configured with
+    settings = frontier_config(cfg)  # the frontier section, typed
 
     env = make_env(cfg, thread_mode=True, restore_from=args.from_checkpoint,
                    metrics_port=cfg["metrics.frontier_port"])
@@ -84,7 +86,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     for band in range(4):
         last = band == 3
         index = index.key_by(lambda r: r[0], key_type=Types.STRING()) \
-            .process(NearDuplicateBand(band, max_bucket=cfg["frontier.near_duplicate_bucket"]),
+            .process(NearDuplicateBand(band, max_bucket=settings.near_duplicate_bucket),
                      output_type=ROW_KEY_VALUE if last else INDEX_INPUT) \
             .uid(f"frontier-near-duplicates-{band}")
     # The fetch audit trail: every completion into object storage, where it outlives the

@@ -122,8 +122,9 @@ class FetchFunction(AsyncFunction):
         # past that it is given up (it expires at the frontier and is re-let). The parse
         # term follows parse.cpu_limit_s, so a slow parse within its limit ends with its
         # own outcome (PARSE_TIMEOUT) rather than at this guard.
+        parsing = parse_limits(cfg)
         self.guard_s = cfg["fetch.hold_s"] + self.limits.total_timeout_s + \
-            parse_limits(cfg).wall_cap_s + STORE_MARGIN_S
+            parsing.wall_cap_s + STORE_MARGIN_S
         from udfs.fetcher.engine import FetchEngine
 
         self.engine = FetchEngine(self._guarded, capacity=self.connections)
@@ -131,7 +132,7 @@ class FetchFunction(AsyncFunction):
         from udfs.parser.stage import ParseStage
 
         self.parser = ParseStage(
-            parse_limits(cfg), self.user_agent, self.url_policy,
+            parsing, self.user_agent, self.url_policy,
             parse_delay_s=self.faults.parse_delay_s if self.faults is not None else 0.0,
             filters=cfg["parse.filters"])
         self.warc = self._warc_writer(cfg, runtime_context)

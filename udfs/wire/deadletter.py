@@ -5,8 +5,6 @@ from __future__ import annotations
 from udfs.wire.avro import AvroDecodeError, SchemaRegistry
 from udfs.wire.records import DEAD_LETTERS, DeadLetter
 
-DEAD_LETTER_SCHEMA = "dead_letter"
-
 
 def dead_letter(reg: SchemaRegistry, *, stage: str, reason: str, error_type: str,
                 payload: bytes | None, now_ms: int, source_topic: str | None = None,

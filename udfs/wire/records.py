@@ -26,7 +26,7 @@ from udfs.core.parse import group_by_host
 from udfs.core.records import DiscoverySource, Kind, Outcome
 from udfs.core.recrawl import Change
 from udfs.core.shards import TransferKind
-from udfs.wire.avro import SchemaRegistry
+from udfs.wire.avro import TOPIC_SCHEMAS, SchemaRegistry
 
 FetchKind = Annotated[str, Kind]
 FetchOutcome = Annotated[str, Outcome]
@@ -247,16 +247,17 @@ class Stream(Generic[R]):
         return reg.encode(self.schema, record, check=check)
 
 
-DISCOVERED = Stream("discovered", DiscoveredUrls)
-LEASES = Stream("lease", LeaseRecord)
-COMPLETIONS = Stream("completion", Completion)
-INDEX = Stream("index_event", IndexEvent)
-DEAD_LETTERS = Stream("dead_letter", DeadLetter)
-CONTROL = Stream("host_command", HostCommandRecord)
-REPLIES = Stream("host_reply", HostReply)
-SHARDS = Stream("shard_transfer", ShardTransfer)
+# Each topic's schema name is the registry's (TOPIC_SCHEMAS, by the config's topic keys).
+DISCOVERED = Stream(TOPIC_SCHEMAS["discovered"], DiscoveredUrls)
+LEASES = Stream(TOPIC_SCHEMAS["leases"], LeaseRecord)
+COMPLETIONS = Stream(TOPIC_SCHEMAS["completions"], Completion)
+INDEX = Stream(TOPIC_SCHEMAS["index"], IndexEvent)
+DEAD_LETTERS = Stream(TOPIC_SCHEMAS["deadletter"], DeadLetter)
+CONTROL = Stream(TOPIC_SCHEMAS["control"], HostCommandRecord)
+REPLIES = Stream(TOPIC_SCHEMAS["replies"], HostReply)
+SHARDS = Stream(TOPIC_SCHEMAS["shards"], ShardTransfer)
 
-# The config's topic keys (udfs.wire.avro.TOPIC_SCHEMAS) → their streams.
+# The config's topic keys → their streams.
 STREAMS: dict[str, Stream[Any]] = {
     "discovered": DISCOVERED, "leases": LEASES, "completions": COMPLETIONS, "index": INDEX,
     "deadletter": DEAD_LETTERS, "control": CONTROL, "replies": REPLIES, "shards": SHARDS,
