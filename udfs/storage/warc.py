@@ -244,7 +244,8 @@ def build_records(f: Fetch, refers_to: tuple[str, str, str] | None = None,
                          f.fetched_at_ms)]
 
 
-def warcinfo_record(filename: str, opened_ms: int, info: dict[str, str]) -> Record:
+def warcinfo_record(filename: str, opened_ms: int, info: dict[str, str],
+                    gzip_level: int = 6) -> Record:
     """The first record of a file (its id follows from the file's name)."""
     rid = f"<urn:uuid:{uuid.uuid5(ID_NAMESPACE, 'warcinfo' + chr(0) + filename)}>"
     body = "".join(f"{k}: {v}\r\n" for k, v in info.items() if v).encode()
@@ -253,7 +254,7 @@ def warcinfo_record(filename: str, opened_ms: int, info: dict[str, str]) -> Reco
         warc_headers_dict={"WARC-Record-ID": rid, "WARC-Date": warc_date(opened_ms),
                            "WARC-Filename": filename,
                            "Content-Type": "application/warc-fields"})
-    return Record("warcinfo", rid, _gzip_member(rec), date_ms=opened_ms)
+    return Record("warcinfo", rid, _gzip_member(rec, gzip_level), date_ms=opened_ms)
 
 
 # -- files -----------------------------------------------------------------------------------

@@ -220,7 +220,7 @@ class WarcWriter:
             "software": SOFTWARE, "format": "WARC File Format 1.1",
             "conformsTo": "https://iipc.github.io/warc-specifications/specifications/"
                           "warc-format/warc-1.1/",
-            "hostname": self.host, "operator": self.operator})
+            "hostname": self.host, "operator": self.operator}, self.gzip_level)
         self._append(info)
 
     def _append(self, rec) -> int:
