@@ -92,7 +92,10 @@ def test_duplicated_records_and_restores_from_older_checkpoints_keep_politeness(
         # Every host is a "hot" one here: past 10 URLs its queue goes through its shards
         # (udfs/core/shards.py), so the restores below also cut moves in flight.
         "frontier.shard_above_urls=10", "frontier.host_shards=3",
-        "frontier.shard_refill_urls=8"]
+        "frontier.shard_refill_urls=8",
+        # Not what this test is about, and minutes of its run at the default: the
+        # backoff of a host whose robots.txt answers 5xx first (15-30 s, then 30-60 s).
+        "politeness.backoff_base_s=2"]
     ck = {n: tmp_path / f"checkpoints-{n}" for n in ("frontier", "fetcher")}
     jobs = {n: JobProcess(n, [*overrides, f"flink.checkpoint_dir={ck[n]}"],
                           tmp_path / f"{n}.log") for n in ("frontier", "fetcher")}
