@@ -14,6 +14,8 @@ from udfs.fetcher.client import make_session
 from udfs.fetcher.pipeline import FetchContext, process_lease
 from udfs.frontier.pipeline import lease_record
 from udfs.storage.bodies import LocalStore
+from udfs.storage.warc import RollPolicy, read_record
+from udfs.storage.warc_writer import WarcWriter
 from udfs.wire.avro import registry
 from udfs.wire.records import LeaseRecord
 
@@ -26,14 +28,14 @@ def lease(url: str, host_key: str, kind: str = "PAGE", depth: int = 0) -> LeaseR
                               depth))
 
 
-def run_leases(web, tmp_path, leases):
+def run_leases(web, tmp_path, leases, warc=None, store=None):
     static = dict(e.split("=", 1) for e in web.static_hosts())
     cache = DnsCache(AddressPolicy.from_networks(["127.0.0.0/8"]), LIMITS, static)
 
     async def go():
         async with make_session(cache, LIMITS) as session:
-            ctx = FetchContext(session, LocalStore(tmp_path), LIMITS, "FlinkCrawler",
-                               clock_ms=lambda: 1_000)
+            ctx = FetchContext(session, store or LocalStore(tmp_path), LIMITS, "FlinkCrawler",
+                               clock_ms=lambda: 1_000, warc=warc)
             return [await process_lease(le, ctx) for le in leases]
 
     return asyncio.run(go())
@@ -53,6 +55,36 @@ def test_page_completion_and_links_grouped_per_host(web, tmp_path):
     REG.decode("completion", REG.encode("completion", completion))
     for d in discovered:
         REG.decode("discovered", REG.encode("discovered", d))
+
+
+def test_a_page_is_hashed_and_compressed_once_for_its_warc_record_and_raw_object(
+        web, tmp_path):
+    s = web.site_list[0]
+    hk = web.host_key(s)
+    given: list[tuple[str | None, bytes | None]] = []
+
+    class Store(LocalStore):  # a real store that notes what it was handed
+        def put_body(self, body, tier="standard", sha256_hex=None, compressed=None):
+            given.append((sha256_hex, compressed))
+            return super().put_body(body, tier, sha256_hex, compressed)
+
+    store = Store(tmp_path)
+    w = WarcWriter(store, prefix="warc/", file_prefix="T", policy=RollPolicy(10**9, 300.0),
+                   temp_dir=str(tmp_path / "tmp"), host="box")
+    try:
+        [(c, _)] = run_leases(web, tmp_path, [lease(hk + "/p/0", hk)], warc=w, store=store)
+    finally:
+        w.close()
+    assert c["outcome"] == "OK" and c["warc_filename"]
+    member = store.get_range(c["warc_filename"], c["warc_offset"], c["warc_length"])
+    raw_object = (tmp_path / c["object_key"]).read_bytes()
+    # The body's compressed piece (deflate.py: 10-byte gzip header, then the piece, an
+    # empty final block and the 8-byte trailer) is inside the WARC record too.
+    piece = raw_object[10:-10]
+    assert len(piece) > 100 and piece in member
+    assert given == [(c["body_sha256"], piece)]  # the writer's own, handed over
+    assert read_record(member)[1] == store.get_body(c["object_key"]) == \
+        web.body_for(s, "/p/0")
 
 
 def test_robots_redirect_and_sitemaps(web, tmp_path):

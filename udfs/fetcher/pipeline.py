@@ -99,6 +99,7 @@ async def process_lease(lease: LeaseRecord, ctx: FetchContext
                        keep_exchange=ctx.warc is not None)
     now_ms = ctx.clock_ms()
     where = None  # the WARC record's location (udfs.storage.warc.Location)
+    record = None  # what the WARC writer kept (udfs.storage.warc.Fetch)
     if ctx.warc is not None and resp.exchange is not None:
         # Every answer with a status is kept, on the writer's thread (gzip and disk off
         # this loop); the completion leaves only once its records are in the file.
@@ -155,8 +156,13 @@ async def process_lease(lease: LeaseRecord, ctx: FetchContext
     stats = ctx.stats
     stats.backlog += 1
     try:
+        # The WARC writer's digest and compression of the payload, when the payload is
+        # the body (no Content-Encoding): the body is hashed and compressed once.
+        digest = piece = None
+        if record is not None and record.exchange.payload == body:
+            digest, piece = record.payload_sha256, record.payload_piece
         sha, key, written = await asyncio.get_running_loop().run_in_executor(
-            None, ctx.store.put_body, body, lease["storage_tier"])
+            None, ctx.store.put_body, body, lease["storage_tier"], digest, piece)
         if written:
             stats.stored_bytes += len(body)
         page: ParsedPage | None

@@ -7,7 +7,9 @@ is harmless. Backends: a local directory (the default) and S3 (boto3).
 These `raw/` objects are the working copy of the bodies (readable at once, decoded,
 shared by identical pages); the WARC files (udfs/storage/warc_writer.py) are the source of
 truth for a crawl's raw bytes. README, "Every fetch kept as WARC", says why both and
-what the copy costs.
+what the copy costs. The fetcher hands `put_body` the WARC writer's SHA-256 and
+compressed payload when the payload is the body (udfs/storage/deflate.py), so a page
+is hashed and compressed once for both.
 
 Both backends also store plain objects by name (`put_object`, `get_object`,
 `list_objects`): the fetch audit trail (udfs/core/audit.py) lives beside the bodies.
@@ -26,6 +28,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from udfs.config import Config
+from udfs.storage import deflate
 
 
 def object_key(sha256_hex: str) -> str:
@@ -33,10 +36,12 @@ def object_key(sha256_hex: str) -> str:
 
 
 class ObjectStore(Protocol):
-    def put_body(self, body: bytes, tier: str = "standard") -> tuple[str, str, bool]:
+    def put_body(self, body: bytes, tier: str = "standard", sha256_hex: str | None = None,
+                 compressed: bytes | None = None) -> tuple[str, str, bool]:
         """Store `body`; (sha256 hex, object key, True if newly written). `tier`: "low"
         for a page found to duplicate another's (a colder storage class where the
-        backend has classes)."""
+        backend has classes). `sha256_hex` and `compressed` (a udfs/storage/deflate.py
+        piece): of exactly `body`, when already computed (by the WARC writer)."""
 
     def get_body(self, key: str) -> bytes:
         """The decompressed body stored under `key`."""
@@ -65,9 +70,10 @@ class LocalStore:
         self.root = Path(directory)
         self.gzip_level = gzip_level  # of the bodies (storage.gzip_level)
 
-    def put_body(self, body: bytes, tier: str = "standard") -> tuple[str, str, bool]:
+    def put_body(self, body: bytes, tier: str = "standard", sha256_hex: str | None = None,
+                 compressed: bytes | None = None) -> tuple[str, str, bool]:
         # (a directory has no storage classes: every tier is stored alike)
-        sha = hashlib.sha256(body).hexdigest()
+        sha = sha256_hex or hashlib.sha256(body).hexdigest()
         key = object_key(sha)
         path = self.root / key
         if path.exists():
@@ -76,7 +82,7 @@ class LocalStore:
         # Write to a temporary file and rename: a crash never leaves a half object.
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
         with os.fdopen(fd, "wb") as fh:
-            fh.write(gzip.compress(body, compresslevel=self.gzip_level))
+            fh.write(deflate.gzip_of(body, self.gzip_level, compressed))
         os.replace(tmp, path)
         return sha, key, True
 
@@ -132,10 +138,11 @@ class S3Store:
         self.low_tier_class = low_tier_class  # "": the bucket's default for every body
         self.gzip_level = gzip_level  # of the bodies (storage.gzip_level)
 
-    def put_body(self, body: bytes, tier: str = "standard") -> tuple[str, str, bool]:
+    def put_body(self, body: bytes, tier: str = "standard", sha256_hex: str | None = None,
+                 compressed: bytes | None = None) -> tuple[str, str, bool]:
         from botocore.exceptions import ClientError
 
-        sha = hashlib.sha256(body).hexdigest()
+        sha = sha256_hex or hashlib.sha256(body).hexdigest()
         key = object_key(sha)
         try:
             self.client.head_object(Bucket=self.bucket, Key=key)
@@ -146,7 +153,7 @@ class S3Store:
         colder = {"StorageClass": self.low_tier_class} \
             if tier == "low" and self.low_tier_class else {}
         self.client.put_object(Bucket=self.bucket, Key=key,
-                               Body=gzip.compress(body, self.gzip_level),
+                               Body=deflate.gzip_of(body, self.gzip_level, compressed),
                                ContentType="application/gzip",
                                Metadata={"sha256": sha, "bytes": str(len(body))}, **colder)
         return sha, key, True

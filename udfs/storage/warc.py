@@ -2,7 +2,8 @@
 
 A fetch that reached a server (it has an HTTP status) becomes two records, built with
 warcio and gzip'd one record per gzip member (so any record can be read alone from its
-offset):
+offset; a response's payload is compressed apart from its headers, in the same member,
+so that the body store can reuse it: udfs/storage/deflate.py):
 
 * `request`: the request line and the headers as aiohttp sent them;
 * `response`: the status line and the headers as received, then the payload as
@@ -55,6 +56,8 @@ from warcio.recordbuilder import RecordBuilder
 from warcio.statusandheaders import StatusAndHeaders
 from warcio.warcwriter import WARCWriter
 
+from udfs.storage import deflate
+
 WARC_VERSION = "WARC/1.1"
 PROFILE_IDENTICAL = "http://netpreserve.org/warc/1.1/revisit/identical-payload-digest"
 PROFILE_NOT_MODIFIED = "http://netpreserve.org/warc/1.1/revisit/server-not-modified"
@@ -63,6 +66,7 @@ ID_NAMESPACE = uuid.UUID("6f1c2a52-8d5e-4a53-9b1e-2f4f0c6d9a17")
 SOFTWARE = "flink-crawler (warcio)"
 # A named field of ours on response and revisit records: the fetch's depth from a seed.
 DEPTH_FIELD = "Crawl-Depth"
+END_OF_RECORD = b"\r\n\r\n"  # after a record's block (WARC/1.1 section 4)
 
 
 def sha256_b32(data: bytes | None = None, hex_digest: str | None = None) -> str:
@@ -123,6 +127,11 @@ class Fetch:
     fetched_at_ms: int
     exchange: Exchange
     body_sha256: str | None = None  # hex, of the decoded body the crawler stored
+    # Set by WarcWriter.write, for the body store to reuse when the payload is the body
+    # it stores (no Content-Encoding): the payload's SHA-256 (hex), and the payload
+    # compressed once (a udfs/storage/deflate.py piece) when a response record holds it.
+    payload_sha256: str | None = None
+    payload_piece: bytes | None = None
     depth: int | None = None  # the lease's depth from a seed (written as Crawl-Depth)
 
 
@@ -149,6 +158,7 @@ class Record:
     status: int | None = None
     mime: str = ""
     digest: str | None = None
+    payload_piece: bytes | None = None  # a response's payload, compressed once
 
 
 def _response_headers(ex: Exchange) -> list[tuple[str, str]]:
@@ -161,14 +171,32 @@ def _header(headers: Sequence[tuple[str, str]], name: str) -> str | None:
     return next((v for k, v in headers if k.lower() == name), None)
 
 
-def _gzip_member(rec, level: int = 6) -> bytes:
-    """One record, written by warcio (digests and length checked by it), as its own
-    gzip member (storage.gzip_level; warcio's own wrapper uses 9, several times slower
-    than the default 6)."""
+def _serialized(rec) -> bytes:
+    """One record as warcio writes it (digests and length checked by it)."""
     out = io.BytesIO()
     WARCWriter(out, gzip=False, warc_version=WARC_VERSION).write_record(rec)
-    c = zlib.compressobj(level, zlib.DEFLATED, zlib.MAX_WBITS + 16)
-    return c.compress(out.getvalue()) + c.flush()
+    return out.getvalue()
+
+
+def _gzip_member(rec, level: int = 6) -> bytes:
+    """One record as its own gzip member (storage.gzip_level; warcio's own wrapper uses
+    9, several times slower than the default 6)."""
+    data = _serialized(rec)
+    return deflate.gzip_of(data, level)
+
+
+def _response_member(rec, payload: bytes, level: int) -> tuple[bytes, bytes | None]:
+    """A response record's gzip member, and its payload's piece (deflate.py): the
+    payload compressed apart from the headers before it and the record's end after it,
+    so that the body store can use the same piece (one compression for both)."""
+    data = _serialized(rec)
+    start = len(data) - len(payload) - len(END_OF_RECORD)
+    if not payload or not data.endswith(END_OF_RECORD) or \
+            data[start:-len(END_OF_RECORD)] != payload:
+        return deflate.gzip_of(data, level), None  # (not laid out as expected: whole)
+    body = deflate.piece(payload, level)
+    pieces = (deflate.piece(data[:start], level), body, deflate.stored(END_OF_RECORD))
+    return deflate.member(pieces, zlib.crc32(data), len(data)), body
 
 
 _BUILDER = RecordBuilder(warc_version=WARC_VERSION)
@@ -176,7 +204,9 @@ _BUILDER = RecordBuilder(warc_version=WARC_VERSION)
 
 def _block_digest(http: StatusAndHeaders, payload: bytes) -> str:
     http.compute_headers_buffer()
-    return sha256_b32(http.headers_buff + payload)
+    h = hashlib.sha256(http.headers_buff)
+    h.update(payload)
+    return "sha256:" + base64.b32encode(h.digest()).decode()
 
 
 def build_records(f: Fetch, refers_to: tuple[str, str, str] | None = None,
@@ -199,7 +229,9 @@ def build_records(f: Fetch, refers_to: tuple[str, str, str] | None = None,
     http = StatusAndHeaders(f"{ex.status} {ex.reason}".strip(), _response_headers(ex),
                             protocol=ex.version)
     mime = (_header(ex.response_headers, "Content-Type") or "").split(";")[0].strip().lower()
-    payload_digest = sha256_b32(ex.payload)
+    if f.payload_sha256 is None:
+        f.payload_sha256 = hashlib.sha256(ex.payload).hexdigest()
+    payload_digest = sha256_b32(hex_digest=f.payload_sha256)
     if ex.status == 304 or refers_to is not None:
         headers = {"WARC-Record-ID": resp_id, **common, **extra}
         if ex.status == 304:
@@ -231,8 +263,9 @@ def build_records(f: Fetch, refers_to: tuple[str, str, str] | None = None,
         rec = _BUILDER.create_warc_record(f.url, "response", payload=io.BytesIO(ex.payload),
                                           length=len(ex.payload), http_headers=http,
                                           warc_headers_dict=headers)
-        main = Record("response", resp_id, _gzip_member(rec, gzip_level), f.url, f.fetched_at_ms,
-                      ex.status, mime, payload_digest)
+        member, piece = _response_member(rec, ex.payload, gzip_level)
+        main = Record("response", resp_id, member, f.url, f.fetched_at_ms, ex.status, mime,
+                      payload_digest, piece)
     req_http = StatusAndHeaders(f"{ex.method} {ex.target} {ex.version}", ex.request_headers,
                                 protocol="", is_http_request=True)
     req_headers = {"WARC-Record-ID": req_id, **common, "WARC-Concurrent-To": resp_id,

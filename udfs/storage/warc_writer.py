@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import fcntl
+import hashlib
 import io
 import os
 import socket
@@ -240,7 +241,8 @@ class WarcWriter:
         ex = fetch.exchange
         digest_ref = None
         cacheable = ex.status == 200 and not ex.truncated and ex.payload
-        digest = sha256_b32(ex.payload) if cacheable else None
+        fetch.payload_sha256 = hashlib.sha256(ex.payload).hexdigest()  # (once, for all)
+        digest = sha256_b32(hex_digest=fetch.payload_sha256) if cacheable else None
         if digest is not None:
             digest_ref = self.dedup.get(digest)
         records = build_records(fetch, digest_ref, self.gzip_level)
@@ -256,6 +258,7 @@ class WarcWriter:
                                                 rec.digest, len(rec.data), offset,
                                                 self._name, rec.rec_type))
         main = records[0]
+        fetch.payload_piece = main.payload_piece
         if main.rec_type == "revisit":
             self.stats.revisits += 1
         elif digest is not None:

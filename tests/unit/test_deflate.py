@@ -1,0 +1,71 @@
+"""Gzip members from pieces compressed apart (udfs/storage/deflate.py), and the one
+compression of a page's body shared by its WARC response record and its raw/ object."""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import io
+import zlib
+
+import pytest
+from warcio.archiveiterator import ArchiveIterator
+
+from udfs.storage import deflate
+from udfs.storage.bodies import LocalStore
+from udfs.storage.warc import Exchange, Fetch, build_records, read_record
+
+BODY = b"".join(b"<p>word %d of a page</p>" % (i % 97) for i in range(2000))
+
+
+def test_pieces_compressed_apart_make_one_member_any_gzip_reader_reads():
+    parts = [b"WARC/1.1\r\nhead\r\n\r\n", BODY, b"", b"\r\n\r\n"]
+    pieces = [deflate.piece(parts[0], 6), deflate.piece(parts[1], 1),
+              deflate.piece(parts[2], 9), deflate.stored(parts[3])]
+    whole = b"".join(parts)
+    member = deflate.member(pieces, zlib.crc32(whole), len(whole))
+    assert gzip.decompress(member) == whole
+    assert gzip.GzipFile(fileobj=io.BytesIO(member)).read() == whole
+    assert zlib.decompressobj(16 + zlib.MAX_WBITS).decompress(member) == whole
+    # A wrong CRC or length is caught by the reader: they are not decoration.
+    with pytest.raises(gzip.BadGzipFile):
+        gzip.decompress(deflate.member(pieces, zlib.crc32(whole) ^ 1, len(whole)))
+    with pytest.raises(ValueError):
+        deflate.stored(bytes(65536))
+
+
+def test_gzip_of_is_the_same_bytes_whenever_written_and_reads_back():
+    a = deflate.gzip_of(BODY, 6)
+    assert a == deflate.gzip_of(BODY, 6, deflate.piece(BODY, 6))  # given its piece
+    assert gzip.decompress(a) == BODY and gzip.decompress(deflate.gzip_of(b"", 6)) == b""
+    assert len(deflate.gzip_of(BODY, 1)) > len(a)  # the level reaches the bytes
+
+
+def _fetch(payload: bytes) -> Fetch:
+    ex = Exchange("GET", "/p/1", [("Host", "a.test")], "HTTP/1.1", 200, "OK",
+                  [("Content-Type", "text/html")], payload)
+    return Fetch("http://a.test/p/1", "L-1", 1, 1, 1_764_567_890_123, ex)
+
+
+def test_a_response_record_holds_its_payload_as_a_piece_the_body_store_reuses(tmp_path):
+    f = _fetch(BODY)
+    response = build_records(f, gzip_level=6)[0]
+    assert response.payload_piece is not None
+    assert response.payload_piece in response.data  # the record's own compression
+    assert f.payload_sha256 == hashlib.sha256(BODY).hexdigest()
+    # The record reads back whole, by warcio, record by record from a file of them.
+    assert read_record(response.data)[1] == BODY
+    recs = list(ArchiveIterator(io.BytesIO(response.data * 2)))
+    assert len(recs) == 2
+    # The raw/ object made from the piece is the one made without it, byte for byte.
+    reused, fresh = LocalStore(tmp_path / "a"), LocalStore(tmp_path / "b")
+    sha, key, _ = reused.put_body(BODY, sha256_hex=f.payload_sha256,
+                                  compressed=response.payload_piece)
+    assert (sha, key) == fresh.put_body(BODY)[:2]
+    assert (tmp_path / "a" / key).read_bytes() == (tmp_path / "b" / key).read_bytes()
+    assert response.payload_piece in (tmp_path / "a" / key).read_bytes()
+    assert reused.get_body(key) == BODY
+
+
+def test_records_without_a_payload_have_no_piece():
+    assert build_records(_fetch(b""))[0].payload_piece is None

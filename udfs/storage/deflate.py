@@ -1,0 +1,49 @@
+"""Gzip members built from pieces compressed apart, so one compression serves two files.
+
+A page's body is compressed once, and the result goes into two gzip members: the
+WARC response record that carries it and the body's own object under raw/. A piece is
+raw deflate (RFC 1951) ended by a sync flush: it ends on a byte boundary with no final
+block, so pieces compressed apart may follow one another in one member (a back
+reference never points outside its own piece, whose bytes the reader has just
+produced). A member (RFC 1952) is a header, the pieces, an empty final block, and the
+CRC-32 and length of all the uncompressed bytes.
+"""
+
+from __future__ import annotations
+
+import struct
+import zlib
+from collections.abc import Iterable
+
+# ID1 ID2, deflate, no flags, no modification time (0: none), no extra flags, OS
+# unknown (255): the same bytes for the same content, whenever it was written.
+HEADER = b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\xff"
+FINAL_BLOCK = b"\x03\x00"  # an empty final block (fixed Huffman codes)
+
+
+def piece(data: bytes, level: int) -> bytes:
+    """`data` as raw deflate at `level` (1-9), ended by a sync flush."""
+    c = zlib.compressobj(level, zlib.DEFLATED, -zlib.MAX_WBITS)
+    return c.compress(data) + c.flush(zlib.Z_SYNC_FLUSH)
+
+
+def stored(data: bytes) -> bytes:
+    """`data` (up to 65,535 bytes) as one uncompressed non-final block: a piece for a
+    few bytes, where a compressor's set-up would cost more than it saves."""
+    if len(data) > 0xFFFF:
+        raise ValueError(f"a stored block holds at most 65,535 bytes, not {len(data)}")
+    return struct.pack("<BHH", 0, len(data), len(data) ^ 0xFFFF) + data
+
+
+def member(pieces: Iterable[bytes], crc: int, size: int) -> bytes:
+    """One gzip member of `pieces`, whose uncompressed bytes have CRC-32 `crc` and
+    `size` bytes in all."""
+    return b"".join((HEADER, *pieces, FINAL_BLOCK,
+                     struct.pack("<II", crc & 0xFFFFFFFF, size & 0xFFFFFFFF)))
+
+
+def gzip_of(data: bytes, level: int, compressed: bytes | None = None) -> bytes:
+    """`data` as one gzip member; `compressed`: its piece, if already made (at any
+    level)."""
+    return member([piece(data, level) if compressed is None else compressed],
+                  zlib.crc32(data), len(data))
