@@ -39,6 +39,8 @@ def test_gzip_of_is_the_same_bytes_whenever_written_and_reads_back():
     assert a == deflate.gzip_of(BODY, 6, deflate.piece(BODY, 6))  # given its piece
     assert gzip.decompress(a) == BODY and gzip.decompress(deflate.gzip_of(b"", 6)) == b""
     assert len(deflate.gzip_of(BODY, 1)) > len(a)  # the level reaches the bytes
+    with pytest.raises(ValueError):  # a whole gzip member is no piece
+        deflate.gzip_of(BODY, 6, a)
 
 
 def _fetch(payload: bytes) -> Fetch:
@@ -48,19 +50,18 @@ def _fetch(payload: bytes) -> Fetch:
 
 
 def test_a_response_record_holds_its_payload_as_a_piece_the_body_store_reuses(tmp_path):
-    f = _fetch(BODY)
-    response = build_records(f, gzip_level=6)[0]
+    sha = hashlib.sha256(BODY).hexdigest()
+    response = build_records(_fetch(BODY), gzip_level=6, payload_sha256=sha)[0]
     assert response.payload_piece is not None
     assert response.payload_piece in response.data  # the record's own compression
-    assert f.payload_sha256 == hashlib.sha256(BODY).hexdigest()
+    assert response.digest == build_records(_fetch(BODY))[0].digest  # given or computed
     # The record reads back whole, by warcio, record by record from a file of them.
     assert read_record(response.data)[1] == BODY
     recs = list(ArchiveIterator(io.BytesIO(response.data * 2)))
     assert len(recs) == 2
     # The raw/ object made from the piece is the one made without it, byte for byte.
     reused, fresh = LocalStore(tmp_path / "a"), LocalStore(tmp_path / "b")
-    sha, key, _ = reused.put_body(BODY, sha256_hex=f.payload_sha256,
-                                  compressed=response.payload_piece)
+    _, key, _ = reused.put_body(BODY, sha256_hex=sha, compressed=response.payload_piece)
     assert (sha, key) == fresh.put_body(BODY)[:2]
     assert (tmp_path / "a" / key).read_bytes() == (tmp_path / "b" / key).read_bytes()
     assert response.payload_piece in (tmp_path / "a" / key).read_bytes()

@@ -99,7 +99,9 @@ async def process_lease(lease: LeaseRecord, ctx: FetchContext
                        keep_exchange=ctx.warc is not None)
     now_ms = ctx.clock_ms()
     where = None  # the WARC record's location (udfs.storage.warc.Location)
-    record = None  # what the WARC writer kept (udfs.storage.warc.Fetch)
+    # The WARC writer's SHA-256 and compression of the payload, for the body store when
+    # the payload is the page's body (no Content-Encoding): hashed and compressed once.
+    digest = piece = None
     if ctx.warc is not None and resp.exchange is not None:
         # Every answer with a status is kept, on the writer's thread (gzip and disk off
         # this loop); the completion leaves only once its records are in the file.
@@ -107,8 +109,11 @@ async def process_lease(lease: LeaseRecord, ctx: FetchContext
 
         record = Fetch(url, lease["lease_id"], lease["url_version"], lease["attempt"],
                        now_ms, resp.exchange, depth=lease["depth"])
-        resp.exchange = None  # the payload is not held twice
+        resp.exchange = None  # (nor held past the write, below)
         where = await asyncio.wrap_future(ctx.warc.submit(ctx.warc.write, record))
+        if kind is Kind.PAGE and record.exchange.payload == resp.body:
+            digest, piece = record.payload_sha256, record.payload_piece
+        del record
     h = resp.headers
     completion: Completion = {
         "lease_id": lease["lease_id"], "url_id": lease["url_id"],
@@ -156,11 +161,6 @@ async def process_lease(lease: LeaseRecord, ctx: FetchContext
     stats = ctx.stats
     stats.backlog += 1
     try:
-        # The WARC writer's digest and compression of the payload, when the payload is
-        # the body (no Content-Encoding): the body is hashed and compressed once.
-        digest = piece = None
-        if record is not None and record.exchange.payload == body:
-            digest, piece = record.payload_sha256, record.payload_piece
         sha, key, written = await asyncio.get_running_loop().run_in_executor(
             None, ctx.store.put_body, body, lease["storage_tier"], digest, piece)
         if written:

@@ -8,8 +8,8 @@ These `raw/` objects are the working copy of the bodies (readable at once, decod
 shared by identical pages); the WARC files (udfs/storage/warc_writer.py) are the source of
 truth for a crawl's raw bytes. README, "Every fetch kept as WARC", says why both and
 what the copy costs. The fetcher hands `put_body` the WARC writer's SHA-256 and
-compressed payload when the payload is the body (udfs/storage/deflate.py), so a page
-is hashed and compressed once for both.
+compressed payload when the payload is the body (udfs/storage/deflate.py), so a page's
+payload is hashed and compressed once for both.
 
 Both backends also store plain objects by name (`put_object`, `get_object`,
 `list_objects`): the fetch audit trail (udfs/core/audit.py) lives beside the bodies.
@@ -41,7 +41,8 @@ class ObjectStore(Protocol):
         """Store `body`; (sha256 hex, object key, True if newly written). `tier`: "low"
         for a page found to duplicate another's (a colder storage class where the
         backend has classes). `sha256_hex` and `compressed` (a udfs/storage/deflate.py
-        piece): of exactly `body`, when already computed (by the WARC writer)."""
+        piece), when already computed by the WARC writer, must be of exactly `body`:
+        the object's key and bytes are taken from them as given."""
 
     def get_body(self, key: str) -> bytes:
         """The decompressed body stored under `key`."""

@@ -19,6 +19,7 @@ from collections.abc import Iterable
 # unknown (255): the same bytes for the same content, whenever it was written.
 HEADER = b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\xff"
 FINAL_BLOCK = b"\x03\x00"  # an empty final block (fixed Huffman codes)
+SYNC_MARK = b"\x00\x00\xff\xff"  # the empty stored block a sync flush ends with
 
 
 def piece(data: bytes, level: int) -> bytes:
@@ -44,6 +45,10 @@ def member(pieces: Iterable[bytes], crc: int, size: int) -> bytes:
 
 def gzip_of(data: bytes, level: int, compressed: bytes | None = None) -> bytes:
     """`data` as one gzip member; `compressed`: its piece, if already made (at any
-    level)."""
-    return member([piece(data, level) if compressed is None else compressed],
-                  zlib.crc32(data), len(data))
+    level; the caller vouches that it is `data`'s: a reader would find out only from
+    the CRC-32)."""
+    if compressed is None:
+        compressed = piece(data, level)
+    elif not compressed.endswith(SYNC_MARK):
+        raise ValueError("not a piece: a piece ends with a sync flush's empty block")
+    return member([compressed], zlib.crc32(data), len(data))

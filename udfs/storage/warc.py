@@ -126,13 +126,12 @@ class Fetch:
     attempt: int
     fetched_at_ms: int
     exchange: Exchange
-    body_sha256: str | None = None  # hex, of the decoded body the crawler stored
+    depth: int | None = None  # the lease's depth from a seed (written as Crawl-Depth)
     # Set by WarcWriter.write, for the body store to reuse when the payload is the body
     # it stores (no Content-Encoding): the payload's SHA-256 (hex), and the payload
     # compressed once (a udfs/storage/deflate.py piece) when a response record holds it.
     payload_sha256: str | None = None
     payload_piece: bytes | None = None
-    depth: int | None = None  # the lease's depth from a seed (written as Crawl-Depth)
 
 
 @dataclass(frozen=True)
@@ -210,12 +209,13 @@ def _block_digest(http: StatusAndHeaders, payload: bytes) -> str:
 
 
 def build_records(f: Fetch, refers_to: tuple[str, str, str] | None = None,
-                  gzip_level: int = 6) -> list[Record]:
+                  gzip_level: int = 6, payload_sha256: str | None = None) -> list[Record]:
     """The records of one fetch: [response or revisit, request].
 
     `refers_to`: (record id, URI, WARC-Date) of the response record whose payload this
     one repeats: the response becomes a revisit (identical-payload-digest). A 304
-    answer is a revisit (server-not-modified) in any case."""
+    answer is a revisit (server-not-modified) in any case. `payload_sha256`: the
+    payload's SHA-256 (hex), if the caller has it already."""
     ex = f.exchange
     date = warc_date(f.fetched_at_ms)
     resp_id = record_id(f.lease_id, f.url_version, f.attempt, "response")
@@ -229,9 +229,8 @@ def build_records(f: Fetch, refers_to: tuple[str, str, str] | None = None,
     http = StatusAndHeaders(f"{ex.status} {ex.reason}".strip(), _response_headers(ex),
                             protocol=ex.version)
     mime = (_header(ex.response_headers, "Content-Type") or "").split(";")[0].strip().lower()
-    if f.payload_sha256 is None:
-        f.payload_sha256 = hashlib.sha256(ex.payload).hexdigest()
-    payload_digest = sha256_b32(hex_digest=f.payload_sha256)
+    payload_digest = sha256_b32(ex.payload) if payload_sha256 is None \
+        else sha256_b32(hex_digest=payload_sha256)
     if ex.status == 304 or refers_to is not None:
         headers = {"WARC-Record-ID": resp_id, **common, **extra}
         if ex.status == 304:

@@ -245,7 +245,7 @@ class WarcWriter:
         digest = sha256_b32(hex_digest=fetch.payload_sha256) if cacheable else None
         if digest is not None:
             digest_ref = self.dedup.get(digest)
-        records = build_records(fetch, digest_ref, self.gzip_level)
+        records = build_records(fetch, digest_ref, self.gzip_level, fetch.payload_sha256)
         if self._fh is None:
             self._open()
         where = None
