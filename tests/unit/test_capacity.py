@@ -25,8 +25,8 @@ def test_published_figures():
     assert f["fingerprint collision pairs"] == pytest.approx(2.71, abs=0.01)  # ~2.7 at 10^10
     assert round(f["back queues, peak"]) == 25_000  # pages/s × 1 s gap
     assert round(f["connections in flight, average"]) == 11_574  # Little's law, 1 s latency
-    # measured per slot: 82 fetched pages/s (200 KB kept), 48 parsed pages/s (200 KB)
-    assert f["fetcher slots at peak"] == 305 and f["parser slots at peak"] == 521
+    # measured per slot: 81 fetched pages/s (200 KB kept), 50 parsed pages/s (200 KB)
+    assert f["fetcher slots at peak"] == 309 and f["parser slots at peak"] == 500
     assert f["frontier slots at peak"] == 30  # 25,000 / 860 measured grants per slot
 
 
