@@ -78,6 +78,11 @@ def sha256_b32(data: bytes | None = None, hex_digest: str | None = None) -> str:
         raw = hashlib.sha256(data).digest()
     else:
         raise ValueError("sha256_b32 needs data or a hex digest")
+    return _as_warc_digest(raw)
+
+
+def _as_warc_digest(raw: bytes) -> str:
+    """A SHA-256 digest's bytes as WARC digests are written."""
     return "sha256:" + base64.b32encode(raw).decode()
 
 
@@ -204,8 +209,8 @@ _BUILDER = RecordBuilder(warc_version=WARC_VERSION)
 def _block_digest(http: StatusAndHeaders, payload: bytes) -> str:
     http.compute_headers_buffer()
     h = hashlib.sha256(http.headers_buff)
-    h.update(payload)
-    return "sha256:" + base64.b32encode(h.digest()).decode()
+    h.update(payload)  # (not concatenated first: no copy of the payload)
+    return _as_warc_digest(h.digest())
 
 
 def build_records(f: Fetch, refers_to: tuple[str, str, str] | None = None,
