@@ -8,6 +8,7 @@ wake time, as the Flink frontier operator does with keyed state and one timer pe
 from __future__ import annotations
 
 import heapq
+from collections import Counter
 from collections.abc import Iterator
 from dataclasses import replace
 from typing import Any
@@ -23,8 +24,8 @@ from udfs.core.frontier import (
     url_from_saved,
 )
 from udfs.core.recrawl import Dup
-from udfs.core.shards import ShardQueue, shard_key
-from udfs.core.traps import DailyBudget
+from udfs.core.shards import ShardQueue, shard_key, shard_trap_policy
+from udfs.core.traps import DailyBudget, TrapPolicy
 from udfs.core.urls import split_host_key
 
 
@@ -32,11 +33,16 @@ class LocalShards:
     """The shards topic in memory: owners' outboxes delivered to shards and back at
     once (the simulator and unit tests; the frontier job uses Kafka)."""
 
-    def __init__(self, bucket_s: float = 3600.0) -> None:
+    def __init__(self, bucket_s: float = 3600.0, traps: TrapPolicy | None = None) -> None:
         self.bucket_s = bucket_s
+        self.traps = traps  # a shard's share of the trap policy (shard_trap_policy)
         self.shards: dict[str, ShardQueue] = {}
         self.stores: dict[str, tuple[dict, dict]] = {}
         self.delivered = 0
+        self.events: Counter[str] = Counter()  # what the shards counted, by event name
+
+    def _count(self, name: str) -> None:
+        self.events[name] += 1
 
     def shard(self, host_key: str, n: int) -> ShardQueue:
         key = shard_key(host_key, n)
@@ -45,7 +51,8 @@ class LocalShards:
             urls, segments = DictKeyValue(), DictKeyValue()
             self.stores[key] = (urls, segments)
             q = self.shards[key] = ShardQueue(host_key, n, None, urls, segments,
-                                              bucket_s=self.bucket_s)
+                                              bucket_s=self.bucket_s, traps=self.traps,
+                                              count=self._count)
         return q
 
     def deliver(self, h: HostFrontier, now: float) -> None:
@@ -56,7 +63,7 @@ class LocalShards:
                 self.delivered += 1
                 q = self.shard(t.host_key, t.shard)
                 if t.kind == "PUT":
-                    q.put(t.urls, lambda s: url_from_saved(s).next_fetch_at)
+                    q.put(t.urls, lambda s: url_from_saved(s).next_fetch_at, now)
                 elif t.kind == "PULL":
                     h.take_refill(q.pull(t.want), now)
 
@@ -79,7 +86,8 @@ class Frontier:
         self._touched: set[str] = set()  # hosts changed since the last snapshot
         self._snap_hosts: dict[str, dict[str, Any]] = {}
         # Hot hosts' shards, in memory (the job's shards topic, delivered at once).
-        self.shards = LocalShards(cfg.cold_bucket_s)
+        self.shards = LocalShards(cfg.cold_bucket_s,
+                                  shard_trap_policy(cfg.traps, cfg.host_shards))
 
     def _exchange(self, h: HostFrontier, now: float) -> None:
         h.maybe_pull(now)

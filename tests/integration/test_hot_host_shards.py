@@ -85,5 +85,8 @@ def test_a_hot_hosts_backlog_goes_through_its_shards(cfg, fresh_topics, tmp_path
         samples = wait_for_metric(port, "frontier_events_total", lambda v: v == URLS - 20,
                                   event="urls_sharded")
         assert metric(samples, "frontier_events_total", event="urls_unsharded") == URLS - 20
+        # The owner admitted the first 20, its shards the rest (each new to its shard,
+        # within its share of the template budget).
+        assert metric(samples, "frontier_events_total", event="urls_admitted") == URLS
     finally:
         job.stop()

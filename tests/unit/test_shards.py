@@ -18,8 +18,10 @@ from udfs.core.shards import (
     Transfer,
     shard_key,
     shard_of,
+    shard_trap_policy,
     split_shard_key,
 )
+from udfs.core.traps import TrapPolicy
 
 pytestmark = pytest.mark.unit
 
@@ -50,7 +52,7 @@ def test_a_shard_keeps_each_url_once_and_gives_the_earliest_first():
     items = [(f"{H}/{i}", url_to_saved(UrlState(f"id{i}", f"{H}/{i}", next_fetch_at=100.0 - i)))
              for i in range(30)]
     due = lambda s: url_from_saved(s).next_fetch_at  # noqa: E731
-    assert q.put(items, due) == 30 and q.put(items[:5], due) == 0 and q.duplicates == 5
+    assert q.put(items, due, 0.0) == 30 and q.put(items[:5], due, 0.0) == 0 and q.duplicates == 5
     first = q.pull(10)
     assert first.kind == "REFILL" and first.target == H and first.remaining == 20
     # Due times 71..100 sit in buckets of 10 s: the earliest buckets come first.
@@ -60,6 +62,64 @@ def test_a_shard_keeps_each_url_once_and_gives_the_earliest_first():
     rest = q2.pull(100)
     assert rest.remaining == 0 and len(rest.urls) == 20 and len(urls) == 0
     assert {u for u, _ in first.urls} | {u for u, _ in rest.urls} == {u for u, _ in items}
+
+
+def test_a_shard_keeps_its_share_of_the_template_budget_for_urls_new_to_it():
+    from udfs.core.frontier import UrlState, url_to_saved
+
+    traps = shard_trap_policy(TrapPolicy(template_budget=20, template_sample_every=4), 8)
+    assert traps.template_budget == 3  # 20 / 8, rounded up
+    events: Counter[str] = Counter()
+    urls, segments = DictKeyValue(), DictKeyValue()
+
+    def items(lo: int, hi: int) -> list:
+        return [(f"{H}/p/{i}", url_to_saved(UrlState(f"id{i}", f"{H}/p/{i}")))
+                for i in range(lo, hi)]
+
+    def count(name: str) -> None:
+        events[name] += 1
+
+    due = lambda s: url_from_saved(s).next_fetch_at  # noqa: E731
+    q = ShardQueue(H, 0, None, urls, segments, traps=traps, count=count)
+    assert q.put(items(0, 3), due, 10.0) == 3
+    # Links it holds already are not charged: the template's budget is left as it was.
+    assert q.put(items(0, 3), due, 20.0) == 0 and events["urls_known"] == 3
+    # Past its share, one new URL in template_sample_every is let in.
+    assert q.put(items(3, 11), due, 30.0) == 2 and events["refused_template_budget"] == 6
+    assert events["urls_admitted"] == 5 and len(q) == 5
+    # Its budget survives a restore, and an older state without one restores empty.
+    q2 = ShardQueue(H, 0, q.state(), urls, segments, traps=traps, count=count)
+    assert q2.put(items(11, 12), due, 40.0) == 0
+    old = {k: v for k, v in q.state().items() if k != "templates"}
+    assert ShardQueue(H, 0, old, urls, segments, traps=traps).put(items(12, 13), due, 40.0) == 1
+    # A new UTC day starts a new budget.
+    assert q2.put(items(13, 16), due, 86400.0 + 1) == 3
+
+
+def test_a_hot_host_spends_its_template_budget_on_new_urls_only():
+    # The owner does not hold what its shards hold: before the shards kept the template
+    # budget, each rediscovered link to a sharded URL was charged to it as new, so a
+    # hot host that saw its links again stopped admitting the template's new URLs.
+    f = Frontier(cfg(traps=TrapPolicy(template_budget=400)))
+    for i in range(400):
+        assert f.discover(f"{H}/p/{i}", 0.0).accepted
+    for _ in range(10):  # every link seen again, ten times
+        for i in range(400):
+            f.discover(f"{H}/p/{i}", 1.0)
+    for i in range(400, 430):  # new ones: within the template's budget of 400 a day
+        f.discover(f"{H}/p/{i}", 2.0)
+    h = f.hosts[H]
+    assert h.known() == 150 and f.shards.total() == 280
+    assert "refused_template_budget" not in h.stats
+    assert f.shards.events["refused_template_budget"] == 0
+    assert f.shards.events["urls_known"] == 250 * 10
+    assert h.stats["urls_admitted"] + f.shards.events["urls_admitted"] == 430
+    # The budget still bites: a template's new URLs past it are sampled, one in 100.
+    for i in range(430, 1430):
+        f.discover(f"{H}/p/{i}", 3.0)
+    assert 0 < f.shards.events["refused_template_budget"] < 1000
+    # Each of 8 shards keeps at most its 50 in full, and the samples past it.
+    assert f.shards.total() <= 8 * 50 + 1000 // 100 + 8
 
 
 def drive(c: FrontierConfig, n_urls: int, *, rebuild_every: int = 0, rediscover: bool = False):

@@ -7,12 +7,16 @@ in one key group, on one subtask (bench/bench_skew.py measures the skew).
 
 * **Owner** (`HostFrontier`, key = host_key): everything that grants leases: robots.txt,
   politeness, in-flight leases, backoff, budgets, and the URLs it has taken in. Once it
-  knows `frontier.shard_above_urls` URLs, a new URL (past the trap rules, which the owner
-  applies) is not kept: it goes to shard `shard_of(url_id)` of `frontier.host_shards`,
-  in the owner's outbox.
+  knows `frontier.shard_above_urls` URLs, a new URL (past the stateless trap rules, which
+  the owner applies) is not kept: it goes to shard `shard_of(url)` of
+  `frontier.host_shards`, in the owner's outbox.
 * **Shard** (`ShardQueue`, key = host_key#n): URLs only, in due order (a cold queue,
   udfs/core/coldqueue.py). It never leases: it answers the owner's pulls with its
-  earliest URLs and forgets them.
+  earliest URLs and forgets them. It keeps the template budget (`traps.template_budget`)
+  of the URLs put to it: the owner does not hold its shards' URLs, so it cannot tell a
+  rediscovered URL from a new one, and charging it there would spend a hot host's
+  budget on links it already knows. Each shard has `shard_trap_policy`'s share of it,
+  charged only for URLs new to that shard.
 * **Pulls.** When the owner's own pending URLs fall below `frontier.shard_refill_urls`,
   it asks the shard it believes holds the most for that many (one pull out at a time;
   asked again after `frontier.shard_pull_timeout_s` if no answer came).
@@ -32,13 +36,15 @@ it goes back to its shard. The owner drops such a copy when it comes back
 from __future__ import annotations
 
 import hashlib
+import math
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from udfs.core.coldqueue import ColdIndex, ColdQueue, KeyValue
 from udfs.core.fingerprints import url_ids
 from udfs.core.records import url_from_saved
+from udfs.core.traps import TemplateBudget, TrapPolicy
 
 SHARD_SEP = "#"  # host_key#n: a host_key never holds "#" (no fragment in an authority)
 
@@ -51,6 +57,12 @@ def split_shard_key(key: str) -> tuple[str, int] | None:
     """(host_key, shard) of a shard's key; None for an owner's key (a host_key)."""
     host, sep, n = key.rpartition(SHARD_SEP)
     return (host, int(n)) if sep and n.isdigit() else None
+
+
+def shard_trap_policy(traps: TrapPolicy, shards: int) -> TrapPolicy:
+    """The trap policy one of a host's `shards` applies: its share of each template's daily
+    budget (URLs spread over shards by hash, so evenly on average; rounded up)."""
+    return replace(traps, template_budget=max(1, math.ceil(traps.template_budget / shards)))
 
 
 def shard_of(url: str, shards: int) -> int:
@@ -81,26 +93,42 @@ class Transfer:
         return self.host_key if self.kind == "REFILL" else shard_key(self.host_key, self.shard)
 
 
+def _no_count(_: str) -> None:
+    return None
+
+
 class ShardQueue:
     """One shard of a hot host: URLs in due order, stored in the shard key's keyed state
-    (the same maps a host uses: url_id → saved URL, and the cold queue's segments)."""
+    (the same maps a host uses: url_id → saved URL, and the cold queue's segments), and
+    the template budget of the URLs put to it (`traps`: `shard_trap_policy`'s share; None
+    admits every new URL). `count` takes the frontier's event names (urls_known,
+    urls_admitted, refused_template_budget) as a host's admissions do."""
 
     def __init__(self, host_key: str, shard: int, saved: dict[str, Any] | None,
-                 urls: KeyValue, segments: KeyValue, *, bucket_s: float = 3600.0) -> None:
+                 urls: KeyValue, segments: KeyValue, *, bucket_s: float = 3600.0,
+                 traps: TrapPolicy | None = None,
+                 count: Callable[[str], None] = _no_count) -> None:
         self.host_key, self.shard = host_key, shard
         index = (saved or {}).get("cold_index") or {}
         self.urls = urls
         self.queue = ColdQueue(segments, urls, ColdIndex(
             {int(b): list(w) for b, w in index.get("buckets", {}).items()},
             index.get("count", 0)), bucket_s=bucket_s)
+        budget = (saved or {}).get("templates")  # absent in state written before it
+        self.templates = TemplateBudget(budget["day"], dict(budget["counts"])) \
+            if budget else TemplateBudget()
+        self.traps = traps
+        self._count = count
         self.duplicates = 0
 
     def __len__(self) -> int:
         return len(self.queue)
 
-    def put(self, items: list[tuple[str, Any]], due_of: Callable[[Any], float]) -> int:
+    def put(self, items: list[tuple[str, Any]], due_of: Callable[[Any], float],
+            now: float) -> int:
         """Keep these URLs (url, saved state); `due_of(saved)` is a URL's due time. A URL
-        already here is not added twice. Returns how many were added."""
+        already here is not added twice, and a new one only within its template's budget
+        for the day of `now`. Returns how many were added."""
         added = 0
         for url, saved in items:
             for uid in url_ids(url):  # probing on a 64-bit id collision, as hosts do
@@ -109,8 +137,15 @@ class ShardQueue:
                     break
             if have is not None:
                 self.duplicates += 1
+                self._count("urls_known")
                 continue
+            if self.traps is not None:
+                reason = self.templates.admit(url, now, self.traps)
+                if reason is not None:
+                    self._count(f"refused_{reason}")
+                    continue
             self.queue.add(uid, saved, due_of(saved))
+            self._count("urls_admitted")
             added += 1
         self.queue.flush()
         return added
@@ -128,7 +163,8 @@ class ShardQueue:
         """The shard's own value in keyed state (next to its URL maps)."""
         return {"shard_of": self.host_key, "shard": self.shard, "cold_index": {
             "buckets": {b: list(w) for b, w in self.queue.index.buckets.items()},
-            "count": self.queue.index.count}}
+            "count": self.queue.index.count},
+            "templates": {"day": self.templates.day, "counts": dict(self.templates.counts)}}
 
 
 def _url_of(saved: Any) -> str:

@@ -40,7 +40,7 @@ from udfs.core.frontier import (
     url_from_saved,
 )
 from udfs.core.recrawl import Dup
-from udfs.core.shards import ShardQueue, Transfer
+from udfs.core.shards import ShardQueue, Transfer, shard_trap_policy
 from udfs.core.traps import DailyBudget
 from udfs.core.urlfilters import load_filters
 from udfs.core.urls import UrlPolicy, split_host_key
@@ -209,6 +209,7 @@ class FrontierFunction(KeyedProcessFunction):
         share = -(-cfg.daily_fetch_budget // max(1, parallel_subtasks(ctx)))
         self.cfg = replace(cfg, daily_fetch_budget=share)
         self.fetch_budget = DailyBudget()
+        self.shard_traps = shard_trap_policy(cfg.traps, cfg.host_shards)
         self.reg = registry()
         bytes_ = Types.PICKLED_BYTE_ARRAY()
         self.host_state = ctx.get_state(ValueStateDescriptor("host", bytes_))
@@ -312,7 +313,7 @@ class FrontierFunction(KeyedProcessFunction):
         now = self._now(ctx)
         payload = pickle.loads(row[2])
         if row[1] == "S" and payload.kind != "REFILL":  # to one of a hot host's shards
-            yield from self._shard(row[0], payload)
+            yield from self._shard(payload, now)
             return
         if row[1] == "K" and payload["command"] in ("SHOW", "SHOW_URL") and \
                 row[0] not in self.cache and self.host_state.value() is None:
@@ -353,13 +354,14 @@ class FrontierFunction(KeyedProcessFunction):
                                           records.DISCOVERED.encode(self.reg, rec))
         yield from self._finish(h, before, now, ctx)
 
-    def _shard(self, key: str, t: Transfer):
+    def _shard(self, t: Transfer, now: float):
         """A shard of a hot host (key host_key#n): keeps the URLs the owner puts, answers
         its pulls. It never leases, so it has no timers."""
         q = ShardQueue(t.host_key, t.shard, self.host_state.value(), self.url_state,
-                       self.segments, bucket_s=self.cfg.cold_bucket_s)
+                       self.segments, bucket_s=self.cfg.cold_bucket_s,
+                       traps=self.shard_traps, count=self.metrics.event)
         if t.kind == "PUT":
-            q.put(t.urls, lambda saved: url_from_saved(saved).next_fetch_at)
+            q.put(t.urls, lambda saved: url_from_saved(saved).next_fetch_at, now)
         else:  # PULL
             yield SHARDS, transfer_row(self.reg, q.pull(t.want))
         self.host_state.update(q.state())

@@ -76,7 +76,11 @@ class Admitter:
         reason: str | None = check_url(url, depth, self.cfg.traps)
         if reason is None and redirect_hops > self.cfg.max_redirect_hops:
             reason = "redirect_hops"
-        if reason is None:
+        # Past shard_above_urls a new URL goes to a shard, and this owner does not hold
+        # its shards' URLs: it cannot tell a rediscovered one from a new one, so the
+        # shard keeps the template budget (udfs/core/shards.py) and counts the admission.
+        sharded = self.shards.full(self.known())
+        if reason is None and not sharded:
             reason = self.templates.admit(url, now, self.cfg.traps)
         if reason is not None:
             self._count(f"refused_{reason}")
@@ -84,10 +88,9 @@ class Admitter:
         value = discovery_priority(priority, depth, is_seed, self.cfg.recrawl)
         u = UrlState(uid, url, priority=value, depth=depth, redirect_hops=redirect_hops,
                      kind=kind, interval_s=hinted_interval(changefreq, value, self.cfg.recrawl))
-        if self.shards.full(self.known()):
+        if sharded:
             u.next_fetch_at = now
             self.shards.send(u)
-            self._count("urls_admitted")
             return Admission(True, uid, "sharded")
         if self.cfg.shard_above_urls:
             self.shards.unleased += 1
