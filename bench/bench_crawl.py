@@ -15,11 +15,22 @@ its own virtualenv under .cache (installed from PyPI on first use), resolving th
 names to 127.0.0.1. `--variant` runs this crawler once more per variant, with those
 settings over the defaults, reported beside the default run. Needs the local stack
 (`./dev up`).
+
+    python bench/bench_crawl.py --against REV [--pairs 2] [--sites 200] ...
+
+compares this checkout with another build instead of with Scrapy: a git worktree of
+revision REV (sharing this checkout's .cache and local stack), run alternately with
+this one, `--pairs` times each per web size, each run in a fresh process of its own
+checkout (both jobs' Python workers included, through PYTHONPATH). REV needs
+`bench_crawl.run_ours` as this file has it (any revision since 35f3d83). Written to
+its own section of RESULTS.md.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -178,6 +189,87 @@ def run_scrapy(sites: int, seconds: int, gap: float, workdir: Path, page_bytes: 
     return pages_and_violations(web, gap, t0, t1), t1 - t0, cpu
 
 
+# One run of run_ours in a fresh process, in the checkout it is started from (cwd).
+ONE_RUN = """
+import json, sys
+from pathlib import Path
+sys.path.insert(0, ".")
+from bench.bench_crawl import run_ours
+a = json.loads(sys.argv[1])
+(pages, v, kinds), secs, parts = run_ours(a["sites"], a["seconds"], a["gap"],
+    Path(a["workdir"]), a["page_bytes"], a["checkpoint_ms"], tuple(a["extra"]))
+print(json.dumps({"pages": pages, "violations": v, "kinds": kinds, "seconds": secs,
+                  "parts": parts}))
+"""
+
+
+def run_checkout(checkout: Path, workdir: Path, **kw) -> dict:
+    """run_ours of the code in `checkout`, in a process of its own (see ONE_RUN)."""
+    env = {**os.environ, "PYTHONPATH": str(checkout)}  # process-mode workers too
+    out = subprocess.run([sys.executable, "-c", ONE_RUN, json.dumps(
+        {**kw, "workdir": str(workdir)})], cwd=checkout, env=env, capture_output=True,
+        text=True, timeout=kw["seconds"] + 900)
+    lines = out.stdout.strip().splitlines()
+    if out.returncode != 0 or not lines:
+        raise RuntimeError(f"a run in {checkout} failed ({out.returncode}): "
+                           f"{out.stderr.strip()[-2000:]}")
+    return json.loads(lines[-1])
+
+
+def against(rev: str, sizes: list[int], pairs: int, base: dict) -> None:
+    """This checkout against revision `rev`, alternating, `pairs` runs each per size."""
+    sha = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", rev], check=True,
+                         capture_output=True, text=True).stdout.strip()
+    here = subprocess.run(["git", "-C", str(ROOT), "describe", "--always", "--dirty"],
+                          check=True, capture_output=True, text=True).stdout.strip()
+    rows = [("seconds / gap / page size / checkpoint interval",
+             f"{base['seconds']} s / {base['gap']} s / {base['page_bytes']:,} bytes / "
+             f"{base['checkpoint_ms'] / 1000:g} s"),
+            ("builds", f"this checkout ({here}) against {sha}, alternating, {pairs} runs each")]
+    with tempfile.TemporaryDirectory() as tmp:
+        other = Path(tmp) / "rev"
+        subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", "-f",
+                        str(other), sha], check=True, capture_output=True)
+        try:
+            for shared in (".cache", ".state"):  # the connector jars; the running stack
+                (other / shared).symlink_to(ROOT / shared)
+            for sites in sizes:
+                runs: dict[str, list[dict]] = {"this": [], sha: []}
+                for i in range(pairs):
+                    for name, checkout in (("this", ROOT), (sha, other)):
+                        runs[name].append(run_checkout(
+                            checkout, Path(tmp) / f"{name}-{sites}-{i}", sites=sites,
+                            extra=[], **base))
+                rate = {name: [r["pages"] / r["seconds"] for r in rs]
+                        for name, rs in runs.items()}
+                for name, rs in runs.items():
+                    label = "this checkout" if name == "this" else sha
+                    rows += [
+                        (f"{sites} sites, {label}: pages/s",
+                         ", ".join(f"{x:,.1f}" for x in rate[name])),
+                        (f"{sites} sites, {label}: CPU ms per page (by part)", "; ".join(
+                            f"{1000 * sum(r['parts'].values()) / max(r['pages'], 1):.1f} ("
+                            + ", ".join(f"{k} {1000 * c / max(r['pages'], 1):.1f}"
+                                        for k, c in r["parts"].items()) + ")" for r in rs)),
+                        (f"{sites} sites, {label}: politeness violations",
+                         ", ".join(str(r["violations"]) for r in rs)),
+                    ]
+                cpu = {name: sum(sum(r["parts"].values()) for r in rs) /
+                       max(sum(r["pages"] for r in rs), 1) for name, rs in runs.items()}
+                rows += [(f"{sites} sites: ratio this / {sha}, pages/s (mean of runs)",
+                          f"{sum(rate['this']) / max(sum(rate[sha]), 1e-9):.2f}"),
+                         (f"{sites} sites: ratio this / {sha}, CPU per page (all runs)",
+                          f"{cpu['this'] / max(cpu[sha], 1e-9):.2f}")]
+        finally:
+            subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force",
+                            str(other)], capture_output=True)
+    record("crawl_against", "The whole crawl, this build against an earlier one", rows,
+           notes="Both builds crawl the same synthetic web (seed) with the same settings, "
+                 "one after the other, alternating, so that the machine's drift falls on "
+                 "both. CPU: user + system seconds of both jobs' process trees and the "
+                 "Kafka broker over each measured window, divided by its pages.")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--sites", default="200,2000", help="comma-separated web sizes")
@@ -188,7 +280,23 @@ def main() -> None:
                     help="this crawler's checkpoint interval (the shipped default: 10 s)")
     ap.add_argument("--variant", action="append", default=[], metavar="KEY=VALUE,...",
                     help="also run this crawler with these settings (repeatable)")
+    ap.add_argument("--against", metavar="REV",
+                    help="compare with the build at this git revision instead of Scrapy")
+    ap.add_argument("--pairs", type=int, default=2,
+                    help="with --against: runs of each build per web size, alternating")
     args = ap.parse_args()
+    if args.pairs < 1:
+        ap.error(f"--pairs: at least 1, got {args.pairs}")
+    if args.against is not None:
+        if args.variant:
+            ap.error("--against and --variant: one comparison at a time")
+        if subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--verify", "--quiet",
+                           f"{args.against}^{{commit}}"], capture_output=True).returncode:
+            ap.error(f"--against: {args.against} is not a commit of this repository")
+        against(args.against, [int(x) for x in args.sites.split(",")], args.pairs,
+                {"seconds": args.seconds, "gap": args.gap, "page_bytes": args.page_bytes,
+                 "checkpoint_ms": args.checkpoint_ms})
+        return
     variants = [tuple(v.split(",")) for v in args.variant]
     for v in variants:
         if not all("=" in kv for kv in v):

@@ -78,3 +78,38 @@ def test_every_address_has_a_class_and_public_ones_agree_with_ipaddress(ip):
         assert ip.is_global or (ip.version == 6 and ip.ipv4_mapped is not None)
     if not ip.is_global and not (ip.version == 6 and (ip.ipv4_mapped or ip.sixtofour)):
         assert cls is not C.PUBLIC
+
+
+def _literal_by_parsing(url: str) -> str | None:
+    """literal_host without its shortcut for host names: parse whatever the host is."""
+    from udfs.core.addresses import parse_ip
+
+    rest = url.split("://", 1)[-1].split("/", 1)[0].rsplit("@", 1)[-1]
+    if rest.startswith("["):
+        host = rest[1:rest.find("]")] if "]" in rest else rest[1:]
+    else:
+        host = rest.rsplit(":", 1)[0] if ":" in rest else rest
+    return host if parse_ip(host) is not None else None
+
+
+@given(st.one_of(
+    st.ip_addresses().map(lambda ip: f"[{ip}]" if ip.version == 6 else str(ip)),
+    st.ip_addresses(v=6).map(str),  # unbracketed: no URL has it, the rule must still hold
+    st.from_regex(r"[a-z0-9.\-:]{0,20}", fullmatch=True)),
+    st.sampled_from(["", ":8080", ":1"]))
+def test_literal_host_takes_a_host_name_for_one_without_parsing_it(host, port):
+    from udfs.core.addresses import literal_host
+
+    url = f"http://{host}{port}/p?q=1"
+    assert literal_host(url) == _literal_by_parsing(url)
+
+
+def test_an_ip_literal_is_refused_by_the_policy_it_was_checked_with():
+    from udfs.core.addresses import url_address_refusal
+
+    open_ = AddressPolicy.from_networks(["10.0.0.0/8"])
+    closed = AddressPolicy.from_networks([])
+    for _ in range(2):  # the second time from the cache
+        assert url_address_refusal("http://10.1.2.3:81/x", open_) is None
+        assert "private" in (url_address_refusal("http://10.1.2.3:81/x", closed) or "")
+        assert url_address_refusal("http://www.10.example/x", closed) is None

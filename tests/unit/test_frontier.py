@@ -551,6 +551,28 @@ def test_host_state_is_plain_data_by_field_name_and_survives_added_and_retired_f
     assert HostFrontier.restore(h.snapshot(), CFG).added_fields == frozenset()
 
 
+def test_host_state_follows_every_change_of_its_records_and_save_leaves_it_whole():
+    # The field dicts of frozen records are reused between calls (state.py): a record
+    # replaced (a new policy, a robots.txt refetched, a lease answered) must show at once.
+    from tests.unit.test_coldqueue import Stores
+
+    h = host()
+    t = with_robots(h, urls=[f"{H}/p{p}" for p in range(3)])
+    lease = h.poll(t)
+    before = h.host_state()
+    assert before["in_flight"][lease.lease_id]["url"] == lease.url
+    h.set_policy(h.pacer.policy.override({"min_gap_s": 7.0}, 1))
+    h.complete(ok(lease), t + 1)
+    after = h.host_state()
+    assert after["policy"]["min_gap_s"] == 7.0 and after["policy"]["policy_version"] == 1
+    assert lease.lease_id not in after["in_flight"]
+    assert before["policy"]["min_gap_s"] != 7.0  # what was returned before is unchanged
+    stores = Stores()
+    stores.save(h)
+    assert "body" not in stores.host["robots"] and stores.robots.value() is not None
+    assert h.host_state()["robots"]["body"] == ROBOTS  # the save took a copy's body out
+
+
 # -- look-ahead: leases granted before their time ------------------------------------------
 
 def lookahead_host(**policy):

@@ -14,6 +14,7 @@ import ipaddress
 from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import StrEnum
+from functools import lru_cache
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
@@ -157,6 +158,8 @@ def literal_host(host_key: str) -> str | None:
         host = rest[1:rest.find("]")] if "]" in rest else rest[1:]
     else:
         host = rest.rsplit(":", 1)[0] if ":" in rest else rest
+        if ":" not in host and not host[-1:].isdigit():
+            return None  # a dotted IPv4 ends in a digit, an IPv6 has colons: a host name
     return host if parse_ip(host) is not None else None
 
 
@@ -164,7 +167,14 @@ def url_address_refusal(url: str, policy: AddressPolicy) -> str | None:
     """Why `policy` refuses a normalized URL whose host is an IP literal; None for host
     names (their addresses are checked when they are resolved and connected to)."""
     host = literal_host(url)
-    return None if host is None else policy.check(host)
+    return None if host is None else _literal_refusal(host, policy)
+
+
+@lru_cache(maxsize=4096)
+def _literal_refusal(host: str, policy: AddressPolicy) -> str | None:
+    """`policy.check` of an IP literal, remembered: every link of a page to an address
+    host would parse and classify the same address again."""
+    return policy.check(host)
 
 
 # -- DNS servers (fetch.dns_servers) --------------------------------------------------

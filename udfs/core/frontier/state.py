@@ -187,7 +187,8 @@ def save(h: HostParts, urls: KeyValue, resident: KeyValue, segments: KeyValue,
         resident.remove(uid)
     snap = host_state(h)
     if robots is not None:
-        body = snap["robots"].pop("body")
+        snap["robots"] = kept = dict(snap["robots"])  # (the cached dict stays whole)
+        body = kept.pop("body")
         if body is not h.gate.stored_body:
             robots.update((body,))
             h.gate.stored_body = body
@@ -216,12 +217,37 @@ def _field_values(cls: type) -> Callable[[Any], tuple[Any, ...]]:
     return get if len(names) > 1 else lambda record: (get(record),)
 
 
+@cache
+def _is_frozen(cls: type) -> bool:
+    return bool(cls.__dataclass_params__.frozen)  # type: ignore[attr-defined]
+
+
+# The field dicts of frozen records (leases out, the host's policy, its robots.txt
+# state) by the record's identity: a host's value is rebuilt on every call, and these
+# records rarely change between calls. An entry holds its record, so its id is not
+# reused while it is here; the cache is emptied when full. The dicts are shared: no
+# caller may change one (`save` copies the robots dict before taking its body out).
+_FROZEN_FIELDS: dict[int, tuple[Any, dict[str, Any]]] = {}
+_FROZEN_FIELDS_MAX = 4096
+
+
 def _fields_of(record: Any) -> dict[str, Any]:
     """A dataclass record as {field name: value}, enums by their value: keyed state holds
     builtin types only, so renaming or moving a class of ours never breaks a savepoint."""
     cls: type = type(record)
-    return {name: value.value if isinstance(value, Enum) else value
-            for name, value in zip(_field_names(cls), _field_values(cls)(record), strict=True)}
+    frozen = _is_frozen(cls)
+    if frozen:
+        hit = _FROZEN_FIELDS.get(id(record))
+        if hit is not None and hit[0] is record:
+            return hit[1]
+    values = {name: value.value if isinstance(value, Enum) else value
+              for name, value in zip(_field_names(cls), _field_values(cls)(record),
+                                     strict=True)}
+    if frozen:
+        if len(_FROZEN_FIELDS) >= _FROZEN_FIELDS_MAX:
+            _FROZEN_FIELDS.clear()
+        _FROZEN_FIELDS[id(record)] = (record, values)
+    return values
 
 
 def _from_fields(cls: type, saved: Any, added: set[str] | None = None, where: str = ""
