@@ -2,10 +2,12 @@
 
     python bench/bench_crawl.py [--sites 200,2000] [--seconds 120] [--gap 0.2]
                                 [--page-bytes 20000] [--checkpoint-ms 10000]
+                                [--warmup 0] [--pages 90,115]
                                 [--variant KEY=VALUE[,KEY=VALUE...]] ...
 
 For each web size, both crawl a fresh synthetic web (same seed) for the same time with
-one request in flight per host, the same delay between requests and robots.txt obeyed.
+one request in flight per host, the same delay between requests and robots.txt obeyed;
+the window is measured from `--warmup` seconds after each crawler's first request.
 Figures: pages/s (HTML pages fetched with 200), the machine CPU they cost (user +
 system seconds of every process of the crawler: for this one both jobs' JVMs and
 Python workers and the Kafka broker; for Scrapy its process) per page, and the
@@ -104,13 +106,16 @@ def scrapy_python() -> Path:
     return py
 
 
-def timed_window(web: SyntheticWeb, seconds: int, meters: list[CpuMeter], alive
-                 ) -> tuple[float, float]:
-    """From the first request the web sees, `seconds` of crawling: (t0, t1), with the CPU
-    meters running over exactly that window."""
+def timed_window(web: SyntheticWeb, seconds: int, meters: list[CpuMeter], alive,
+                 warmup: float = 0.0) -> tuple[float, float]:
+    """From `warmup` seconds after the first request the web sees, `seconds` of
+    crawling: (t0, t1), with the CPU meters running over exactly that window."""
     start = time.monotonic()
     while not web.log and time.monotonic() - start < 180 and alive():
         time.sleep(0.2)
+    first = time.monotonic()
+    while time.monotonic() - first < warmup and alive():
+        time.sleep(0.5)
     for meter in meters:
         meter.start()
     t0 = time.monotonic()
@@ -129,9 +134,13 @@ def pages_and_violations(web: SyntheticWeb, gap: float, since: float, until: flo
     return pages, sum(v.values()), v
 
 
+PAGES = (90, 115)  # pages per site, a random count in this range
+
+
 def run_ours(sites: int, seconds: int, gap: float, workdir: Path, page_bytes: int,
-             checkpoint_ms: int, extra: tuple[str, ...] = ()):
-    web = SyntheticWeb(build_sites(sites, seed=11, pages=(90, 115)), page_bytes=page_bytes)
+             checkpoint_ms: int, extra: tuple[str, ...] = (), *, warmup: float = 0.0,
+             pages: tuple[int, int] = PAGES):
+    web = SyntheticWeb(build_sites(sites, seed=11, pages=pages), page_bytes=page_bytes)
     web.start()
     base = load_config(env={})
     suffix = time.strftime("%H%M%S")
@@ -155,7 +164,7 @@ def run_ours(sites: int, seconds: int, gap: float, workdir: Path, page_bytes: in
         meters["kafka"] = CpuMeter([broker])
     try:
         t0, t1 = timed_window(web, seconds, list(meters.values()),
-                              lambda: all(j.alive() for j in jobs))
+                              lambda: all(j.alive() for j in jobs), warmup)
         parts = {name: m.seconds() for name, m in meters.items()}
     finally:
         for job in jobs:
@@ -164,19 +173,21 @@ def run_ours(sites: int, seconds: int, gap: float, workdir: Path, page_bytes: in
     return pages_and_violations(web, gap, t0, t1), t1 - t0, parts
 
 
-def run_scrapy(sites: int, seconds: int, gap: float, workdir: Path, page_bytes: int):
-    web = SyntheticWeb(build_sites(sites, seed=11, pages=(90, 115)), page_bytes=page_bytes)
+def run_scrapy(sites: int, seconds: int, gap: float, workdir: Path, page_bytes: int, *,
+               warmup: float = 0.0, pages: tuple[int, int] = PAGES):
+    web = SyntheticWeb(build_sites(sites, seed=11, pages=pages), page_bytes=page_bytes)
     web.start()
     spider = workdir / "spider.py"
     spider.write_text(SPIDER)
     seeds = workdir / "seeds.txt"
     seeds.write_text("\n".join(web.host_key(s) + "/" for s in web.site_list))
-    proc = subprocess.Popen([str(scrapy_python()), str(spider), f"{gap},{seconds + 60}",
+    proc = subprocess.Popen([str(scrapy_python()), str(spider),
+                             f"{gap},{int(seconds + warmup + 60)}",
                              f"@{seeds}"], cwd=workdir, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)
     meter = CpuMeter([proc.pid])
     try:
-        t0, t1 = timed_window(web, seconds, [meter], lambda: proc.poll() is None)
+        t0, t1 = timed_window(web, seconds, [meter], lambda: proc.poll() is None, warmup)
         cpu = meter.seconds()
     finally:
         proc.terminate()
@@ -189,6 +200,16 @@ def run_scrapy(sites: int, seconds: int, gap: float, workdir: Path, page_bytes: 
     return pages_and_violations(web, gap, t0, t1), t1 - t0, cpu
 
 
+WINDOW = "seconds measured (after a warm-up of) / gap / page size / pages per site / " \
+    "our checkpoint interval"
+
+
+def window_row(seconds: int, warmup: float, gap: float, page_bytes: int, checkpoint_ms: int,
+               pages: tuple[int, int]) -> str:
+    return (f"{seconds} s ({warmup:g} s) / {gap} s / {page_bytes:,} bytes / "
+            f"{pages[0]}–{pages[1]} / {checkpoint_ms / 1000:g} s")
+
+
 # One run of run_ours in a fresh process, in the checkout it is started from (cwd).
 ONE_RUN = """
 import json, sys
@@ -196,8 +217,9 @@ from pathlib import Path
 sys.path.insert(0, ".")
 from bench.bench_crawl import run_ours
 a = json.loads(sys.argv[1])
+more = {k: tuple(v) if k == "pages" else v for k, v in a["more"].items()}
 (pages, v, kinds), secs, parts = run_ours(a["sites"], a["seconds"], a["gap"],
-    Path(a["workdir"]), a["page_bytes"], a["checkpoint_ms"], tuple(a["extra"]))
+    Path(a["workdir"]), a["page_bytes"], a["checkpoint_ms"], tuple(a["extra"]), **more)
 print(json.dumps({"pages": pages, "violations": v, "kinds": kinds, "seconds": secs,
                   "parts": parts}))
 """
@@ -216,15 +238,18 @@ def run_checkout(checkout: Path, workdir: Path, **kw) -> dict:
     return json.loads(lines[-1])
 
 
-def against(rev: str, sizes: list[int], pairs: int, base: dict) -> None:
+def against(rev: str, sizes: list[int], pairs: int, base: dict, warmup: float,
+            pages: tuple[int, int]) -> None:
     """This checkout against revision `rev`, alternating, `pairs` runs each per size."""
+    # Passed only when asked for, so that a revision from before them still runs.
+    more = {k: v for k, v in (("warmup", warmup), ("pages", pages))
+            if v != {"warmup": 0.0, "pages": PAGES}[k]}
     sha = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", rev], check=True,
                          capture_output=True, text=True).stdout.strip()
     here = subprocess.run(["git", "-C", str(ROOT), "describe", "--always", "--dirty"],
                           check=True, capture_output=True, text=True).stdout.strip()
-    rows = [("seconds / gap / page size / checkpoint interval",
-             f"{base['seconds']} s / {base['gap']} s / {base['page_bytes']:,} bytes / "
-             f"{base['checkpoint_ms'] / 1000:g} s"),
+    rows = [(WINDOW, window_row(base["seconds"], warmup, base["gap"], base["page_bytes"],
+                                base["checkpoint_ms"], pages)),
             ("builds", f"this checkout ({here}) against {sha}, alternating, {pairs} runs each")]
     with tempfile.TemporaryDirectory() as tmp:
         other = Path(tmp) / "rev"
@@ -239,7 +264,7 @@ def against(rev: str, sizes: list[int], pairs: int, base: dict) -> None:
                     for name, checkout in (("this", ROOT), (sha, other)):
                         runs[name].append(run_checkout(
                             checkout, Path(tmp) / f"{name}-{sites}-{i}", sites=sites,
-                            extra=[], **base))
+                            extra=[], more=more, **base))
                 rate = {name: [r["pages"] / r["seconds"] for r in rs]
                         for name, rs in runs.items()}
                 for name, rs in runs.items():
@@ -280,6 +305,12 @@ def main() -> None:
                     help="this crawler's checkpoint interval (the shipped default: 10 s)")
     ap.add_argument("--variant", action="append", default=[], metavar="KEY=VALUE,...",
                     help="also run this crawler with these settings (repeatable)")
+    ap.add_argument("--warmup", type=float, default=0.0,
+                    help="seconds of crawling before the measured window (the JVMs' JIT "
+                         "compiles most of its code in the first minute)")
+    ap.add_argument("--pages", default=f"{PAGES[0]},{PAGES[1]}", metavar="LO,HI",
+                    help="pages per site, a random count in this range (a longer window "
+                         "needs more, or the web runs out)")
     ap.add_argument("--against", metavar="REV",
                     help="compare with the build at this git revision instead of Scrapy")
     ap.add_argument("--pairs", type=int, default=2,
@@ -287,6 +318,15 @@ def main() -> None:
     args = ap.parse_args()
     if args.pairs < 1:
         ap.error(f"--pairs: at least 1, got {args.pairs}")
+    if args.warmup < 0:
+        ap.error(f"--warmup: seconds, at least 0, got {args.warmup}")
+    try:
+        lo, hi = (int(x) for x in args.pages.split(","))
+    except ValueError:
+        ap.error(f"--pages: LO,HI (whole numbers), got {args.pages}")
+    if not 1 <= lo <= hi:
+        ap.error(f"--pages: 1 <= LO <= HI, got {args.pages}")
+    pages = (lo, hi)
     if args.against is not None:
         if args.variant:
             ap.error("--against and --variant: one comparison at a time")
@@ -295,7 +335,7 @@ def main() -> None:
             ap.error(f"--against: {args.against} is not a commit of this repository")
         against(args.against, [int(x) for x in args.sites.split(",")], args.pairs,
                 {"seconds": args.seconds, "gap": args.gap, "page_bytes": args.page_bytes,
-                 "checkpoint_ms": args.checkpoint_ms})
+                 "checkpoint_ms": args.checkpoint_ms}, args.warmup, pages)
         return
     variants = [tuple(v.split(",")) for v in args.variant]
     for v in variants:
@@ -303,18 +343,19 @@ def main() -> None:
             ap.error(f"--variant {','.join(v)}: expected KEY=VALUE[,KEY=VALUE...]")
     sizes = [int(x) for x in args.sites.split(",")]
     scrapy_python()  # install first, outside the timed part
-    rows = [("seconds / gap / page size / our checkpoint interval",
-             f"{args.seconds} s / {args.gap} s / {args.page_bytes:,} bytes / "
-             f"{args.checkpoint_ms / 1000:g} s")]
+    rows = [(WINDOW, window_row(args.seconds, args.warmup, args.gap, args.page_bytes,
+                                args.checkpoint_ms, pages))]
     for sites in sizes:
         with tempfile.TemporaryDirectory() as tmp:
             (ours, ours_v, ours_kinds), ours_s, ours_parts = run_ours(
                 sites, args.seconds, args.gap, Path(tmp) / "ours", args.page_bytes,
-                args.checkpoint_ms)
+                args.checkpoint_ms, warmup=args.warmup, pages=pages)
             (theirs, theirs_v, theirs_kinds), theirs_s, theirs_cpu = run_scrapy(
-                sites, args.seconds, args.gap, Path(tmp), args.page_bytes)
+                sites, args.seconds, args.gap, Path(tmp), args.page_bytes,
+                warmup=args.warmup, pages=pages)
             other = [(v, run_ours(sites, args.seconds, args.gap, Path(tmp) / f"variant{i}",
-                                  args.page_bytes, args.checkpoint_ms, v))
+                                  args.page_bytes, args.checkpoint_ms, v,
+                                  warmup=args.warmup, pages=pages))
                      for i, v in enumerate(variants)]
         ours_cpu = sum(ours_parts.values())
         ours_rate, theirs_rate = ours / ours_s, theirs / theirs_s
