@@ -551,26 +551,25 @@ def test_host_state_is_plain_data_by_field_name_and_survives_added_and_retired_f
     assert HostFrontier.restore(h.snapshot(), CFG).added_fields == frozenset()
 
 
-def test_host_state_follows_every_change_of_its_records_and_save_leaves_it_whole():
-    # The field dicts of frozen records are reused between calls (state.py): a record
-    # replaced (a new policy, a robots.txt refetched, a lease answered) must show at once.
-    from tests.unit.test_coldqueue import Stores
-
-    h = host()
-    t = with_robots(h, urls=[f"{H}/p{p}" for p in range(3)])
-    lease = h.poll(t)
+def test_host_state_follows_every_change_of_its_leases_out():
+    # A lease's field dict is made once while it is out (state.py, LeaseBook.saved_out):
+    # a lease answered, or the same lease_id on another lease object (a restore), must
+    # show at once, and the book must not keep answered leases.
+    h = lookahead_host()
+    t = with_robots(h, urls=[f"{H}/p{i}" for i in range(6)])
+    first, second = h.poll(t), h.poll(t)
     before = h.host_state()
-    assert before["in_flight"][lease.lease_id]["url"] == lease.url
-    h.set_policy(h.pacer.policy.override({"min_gap_s": 7.0}, 1))
-    h.complete(ok(lease), t + 1)
+    assert set(before["in_flight"]) == {first.lease_id, second.lease_id}
+    assert h.host_state()["in_flight"][first.lease_id] is before["in_flight"][first.lease_id]
+    h.complete(ok(first), t + 1)
     after = h.host_state()
-    assert after["policy"]["min_gap_s"] == 7.0 and after["policy"]["policy_version"] == 1
-    assert lease.lease_id not in after["in_flight"]
-    assert before["policy"]["min_gap_s"] != 7.0  # what was returned before is unchanged
-    stores = Stores()
-    stores.save(h)
-    assert "body" not in stores.host["robots"] and stores.robots.value() is not None
-    assert h.host_state()["robots"]["body"] == ROBOTS  # the save took a copy's body out
+    assert set(after["in_flight"]) == {second.lease_id}
+    assert set(h.leases.saved_out) == {second.lease_id}
+    assert before["in_flight"][first.lease_id]["url"] == first.url  # returned, unchanged
+    r = HostFrontier.restore(h.snapshot(), LOOKAHEAD)
+    again = r.host_state()["in_flight"][second.lease_id]
+    assert again == after["in_flight"][second.lease_id]
+    assert again is not after["in_flight"][second.lease_id]
 
 
 # -- look-ahead: leases granted before their time ------------------------------------------

@@ -365,6 +365,7 @@ class FrontierFunction(KeyedProcessFunction):
         else:  # PULL
             yield SHARDS, transfer_row(self.reg, q.pull(t.want))
         self.host_state.update(q.state())
+        self.metrics.batch.due()  # (the shard's admissions, on a subtask of shards only)
 
     def _control(self, h: HostFrontier, record: records.HostCommandRecord, now: float) -> Row:
         """Apply an operator's command (udfs/core/control.py) and encode the reply."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from operator import attrgetter
+from typing import Any
 
 from udfs.core.frontier.config import FrontierConfig
 from udfs.core.frontier.pacer import Pacer
@@ -23,7 +24,7 @@ from udfs.core.traps import DAY_S, DailyBudget
 class LeaseBook:
     """The leases one host has out (lease_id → lease)."""
 
-    __slots__ = ("host_key", "cfg", "_count", "out", "seq")
+    __slots__ = ("host_key", "cfg", "_count", "out", "seq", "saved_out")
 
     def __init__(self, host_key: str, cfg: FrontierConfig,
                  count: Callable[[str], None]) -> None:
@@ -32,6 +33,10 @@ class LeaseBook:
         self._count = count
         self.out: dict[str, Lease] = {}
         self.seq = 0
+        # The state codec's field dicts of the leases out, by lease_id, with the lease
+        # each was made from (state.py: a host's value is rebuilt on every call, and a
+        # lease does not change while it is out). Never part of the state itself.
+        self.saved_out: dict[str, tuple[Lease, dict[str, Any]]] = {}
 
     def __len__(self) -> int:
         return len(self.out)

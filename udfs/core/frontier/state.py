@@ -75,7 +75,7 @@ def host_state(h: HostParts) -> dict[str, Any]:
         "control_version": h.control_version, "commands": list(h.commands),
         "recent": list(ends.recent),
         "counted": h.counted,
-        "in_flight": {k: _fields_of(v) for k, v in h.leases.out.items()},
+        "in_flight": _leases_out(h.leases),
         "budget": _fields_of(h.budget),
         "templates": {"day": h.door.templates.day, "counts": dict(h.door.templates.counts)},
         "lease_seq": h.leases.seq, "rng": pacer.rng.state, "stats": dict(h.stats),
@@ -187,8 +187,7 @@ def save(h: HostParts, urls: KeyValue, resident: KeyValue, segments: KeyValue,
         resident.remove(uid)
     snap = host_state(h)
     if robots is not None:
-        snap["robots"] = kept = dict(snap["robots"])  # (the cached dict stays whole)
-        body = kept.pop("body")
+        body = snap["robots"].pop("body")
         if body is not h.gate.stored_body:
             robots.update((body,))
             h.gate.stored_body = body
@@ -217,37 +216,27 @@ def _field_values(cls: type) -> Callable[[Any], tuple[Any, ...]]:
     return get if len(names) > 1 else lambda record: (get(record),)
 
 
-@cache
-def _is_frozen(cls: type) -> bool:
-    return bool(cls.__dataclass_params__.frozen)  # type: ignore[attr-defined]
-
-
-# The field dicts of frozen records (leases out, the host's policy, its robots.txt
-# state) by the record's identity: a host's value is rebuilt on every call, and these
-# records rarely change between calls. An entry holds its record, so its id is not
-# reused while it is here; the cache is emptied when full. The dicts are shared: no
-# caller may change one (`save` copies the robots dict before taking its body out).
-_FROZEN_FIELDS: dict[int, tuple[Any, dict[str, Any]]] = {}
-_FROZEN_FIELDS_MAX = 4096
-
-
 def _fields_of(record: Any) -> dict[str, Any]:
     """A dataclass record as {field name: value}, enums by their value: keyed state holds
     builtin types only, so renaming or moving a class of ours never breaks a savepoint."""
     cls: type = type(record)
-    frozen = _is_frozen(cls)
-    if frozen:
-        hit = _FROZEN_FIELDS.get(id(record))
-        if hit is not None and hit[0] is record:
-            return hit[1]
-    values = {name: value.value if isinstance(value, Enum) else value
-              for name, value in zip(_field_names(cls), _field_values(cls)(record),
-                                     strict=True)}
-    if frozen:
-        if len(_FROZEN_FIELDS) >= _FROZEN_FIELDS_MAX:
-            _FROZEN_FIELDS.clear()
-        _FROZEN_FIELDS[id(record)] = (record, values)
-    return values
+    return {name: value.value if isinstance(value, Enum) else value
+            for name, value in zip(_field_names(cls), _field_values(cls)(record), strict=True)}
+
+
+def _leases_out(book: LeaseBook) -> dict[str, dict[str, Any]]:
+    """The leases out by field name. A lease (frozen) does not change while it is out,
+    and a host's value is rebuilt on every call: each lease's dict is made once and
+    kept in the book (`saved_out`) while the lease is out (the same lease object: a
+    restore or a re-let makes a new one). The dicts are shared with earlier values:
+    no caller may change one."""
+    kept, fresh = book.saved_out, {}
+    for lease_id, lease in book.out.items():
+        hit = kept.get(lease_id)
+        fresh[lease_id] = hit if hit is not None and hit[0] is lease else \
+            (lease, _fields_of(lease))
+    book.saved_out = fresh
+    return {lease_id: fields for lease_id, (_, fields) in fresh.items()}
 
 
 def _from_fields(cls: type, saved: Any, added: set[str] | None = None, where: str = ""
