@@ -42,7 +42,7 @@ from kafka import KafkaConsumer  # noqa: E402
 
 from bench._results import record, tree_pids  # noqa: E402
 from crawler.run import JobProcess, free_port, publish_seeds, synthetic_overrides  # noqa: E402
-from crawler.stack.local import ensure_topics  # noqa: E402
+from crawler.stack.local import drop_topics, ensure_topics  # noqa: E402
 from crawler.testkit.synthetic_web import HOSTILE_PAGES, SyntheticWeb, build_sites  # noqa: E402
 from udfs.config import TOPIC_KEYS, load_config  # noqa: E402
 from udfs.wire.avro import registry  # noqa: E402
@@ -150,6 +150,7 @@ def crawl(name: str, sites: int, hostile: bool, stall: float, seconds: int) -> d
             job.stop()
         completions.close()
         web.stop()
+        drop_topics(cfg)
     pages = sorted(r.start for r in web.log if not r.is_robots and r.status == 200
                    and r.host in counted)
     if not pages:

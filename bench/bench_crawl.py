@@ -23,9 +23,10 @@ settings over the defaults, reported beside the default run. Needs the local sta
 compares this checkout with another build instead of with Scrapy: a git worktree of
 revision REV (sharing this checkout's .cache and local stack), run alternately with
 this one, `--pairs` times each per web size, each run in a fresh process of its own
-checkout (both jobs' Python workers included, through PYTHONPATH). REV needs
-`bench_crawl.run_ours` as this file has it (any revision since 35f3d83). Written to
-its own section of RESULTS.md.
+checkout (both jobs' Python workers included, through PYTHONPATH); each pair's first
+run alternates between the builds. REV needs `bench_crawl.run_ours` (any revision since
+35f3d83), and with `--warmup` or `--pages` a run_ours that takes them (since 106c33e).
+Written to its own section of RESULTS.md.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -147,9 +149,10 @@ def run_ours(sites: int, seconds: int, gap: float, workdir: Path, page_bytes: in
     overrides = [f"topics.{k}.name=bench-{suffix}.{base.topic(k)}" for k in TOPIC_KEYS]
     overrides += synthetic_overrides(web, workdir, gap)
     overrides.append(f"flink.checkpoint_interval_ms={checkpoint_ms}")
+    overrides.append(f"flink.checkpoint_dir={workdir / 'checkpoints'}")  # gone with it
     overrides += extra
     cfg = load_config(env={}, overrides=overrides)
-    from crawler.stack.local import ensure_topics
+    from crawler.stack.local import drop_topics, ensure_topics
 
     ensure_topics(cfg)
     jobs = [JobProcess(n, overrides, workdir / f"{n}.log") for n in ("frontier", "fetcher")]
@@ -170,6 +173,7 @@ def run_ours(sites: int, seconds: int, gap: float, workdir: Path, page_bytes: in
         for job in jobs:
             job.stop()
         web.stop()
+        drop_topics(cfg)
     return pages_and_violations(web, gap, t0, t1), t1 - t0, parts
 
 
@@ -228,13 +232,22 @@ print(json.dumps({"pages": pages, "violations": v, "kinds": kinds, "seconds": se
 def run_checkout(checkout: Path, workdir: Path, **kw) -> dict:
     """run_ours of the code in `checkout`, in a process of its own (see ONE_RUN)."""
     env = {**os.environ, "PYTHONPATH": str(checkout)}  # process-mode workers too
-    out = subprocess.run([sys.executable, "-c", ONE_RUN, json.dumps(
-        {**kw, "workdir": str(workdir)})], cwd=checkout, env=env, capture_output=True,
-        text=True, timeout=kw["seconds"] + 900)
-    lines = out.stdout.strip().splitlines()
-    if out.returncode != 0 or not lines:
-        raise RuntimeError(f"a run in {checkout} failed ({out.returncode}): "
-                           f"{out.stderr.strip()[-2000:]}")
+    # Its own process group, jobs included: a run past its time is stopped whole, so
+    # that no job of it runs on beside (and is counted in) the runs after it.
+    proc = subprocess.Popen([sys.executable, "-c", ONE_RUN, json.dumps(
+        {**kw, "workdir": str(workdir)})], cwd=checkout, env=env, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        stdout, stderr = proc.communicate(
+            timeout=kw["seconds"] + kw["more"].get("warmup", 0) + 900)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        raise RuntimeError(f"a run in {checkout} did not end in time") from None
+    lines = stdout.strip().splitlines()
+    if proc.returncode != 0 or not lines:
+        raise RuntimeError(f"a run in {checkout} failed ({proc.returncode}): "
+                           f"{stderr.strip()[-2000:]}")
     return json.loads(lines[-1])
 
 
@@ -260,8 +273,9 @@ def against(rev: str, sizes: list[int], pairs: int, base: dict, warmup: float,
                 (other / shared).symlink_to(ROOT / shared)
             for sites in sizes:
                 runs: dict[str, list[dict]] = {"this": [], sha: []}
-                for i in range(pairs):
-                    for name, checkout in (("this", ROOT), (sha, other)):
+                order = [("this", ROOT), (sha, other)]
+                for i in range(pairs):  # this, REV, REV, this, ...: drift falls on both
+                    for name, checkout in (order if i % 2 == 0 else order[::-1]):
                         runs[name].append(run_checkout(
                             checkout, Path(tmp) / f"{name}-{sites}-{i}", sites=sites,
                             extra=[], more=more, **base))
@@ -333,6 +347,13 @@ def main() -> None:
         if subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--verify", "--quiet",
                            f"{args.against}^{{commit}}"], capture_output=True).returncode:
             ap.error(f"--against: {args.against} is not a commit of this repository")
+        source = subprocess.run(["git", "-C", str(ROOT), "show",
+                                 f"{args.against}:bench/bench_crawl.py"],
+                                capture_output=True, text=True).stdout
+        if "def run_ours(" not in source:
+            ap.error(f"--against: {args.against} has no bench_crawl.run_ours to run")
+        if (args.warmup or pages != PAGES) and "warmup: float" not in source:
+            ap.error(f"--against: {args.against}'s run_ours takes no --warmup or --pages")
         against(args.against, [int(x) for x in args.sites.split(",")], args.pairs,
                 {"seconds": args.seconds, "gap": args.gap, "page_bytes": args.page_bytes,
                  "checkpoint_ms": args.checkpoint_ms}, args.warmup, pages)

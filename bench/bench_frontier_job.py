@@ -34,7 +34,7 @@ from kafka import KafkaConsumer, KafkaProducer  # noqa: E402
 
 from bench._results import CpuMeter, broker_pid, record  # noqa: E402
 from crawler.run import JobProcess  # noqa: E402
-from crawler.stack.local import ensure_topics  # noqa: E402
+from crawler.stack.local import drop_topics, ensure_topics  # noqa: E402
 from udfs.config import TOPIC_KEYS, load_config  # noqa: E402
 from udfs.wire.avro import load_examples, registry  # noqa: E402
 
@@ -133,6 +133,7 @@ def measure(hosts: int, urls: int, seconds: int, backend: str,
                              consumer_timeout_ms=3000, enable_auto_commit=False)
     indexed = sum(1 for _ in accepted)
     accepted.close()
+    drop_topics(cfg)
     return {"window": window, "robots": robots, "pages": pages, "indexed": indexed,
             "cpu": cpu, "job_cpu": job_cpu}
 

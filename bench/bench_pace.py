@@ -46,7 +46,7 @@ def one_site(seconds: int, workdir: Path) -> tuple[float, int, float]:
                   f"fetch.static_hosts=[{','.join(web.static_hosts())}]",
                   f"storage.local_dir={workdir / 'objects'}"]
     cfg = load_config(env={}, overrides=overrides)
-    from crawler.stack.local import ensure_topics
+    from crawler.stack.local import drop_topics, ensure_topics
 
     ensure_topics(cfg)
     jobs = [JobProcess(n, overrides, workdir / f"{n}.log") for n in ("fetcher", "frontier")]
@@ -63,6 +63,7 @@ def one_site(seconds: int, workdir: Path) -> tuple[float, int, float]:
         for job in jobs:
             job.stop()
         web.stop()
+        drop_topics(cfg)
     pages = sorted(r.start for r in web.log if not r.is_robots and r.status == 200)
     if len(pages) < 2:
         return 0.0, len(pages), 0.0

@@ -35,7 +35,7 @@ from kafka import KafkaProducer  # noqa: E402
 
 from bench._results import CpuMeter, record  # noqa: E402
 from crawler.run import JobProcess  # noqa: E402
-from crawler.stack.local import ensure_topics  # noqa: E402
+from crawler.stack.local import drop_topics, ensure_topics  # noqa: E402
 from crawler.status import by_label, scrape  # noqa: E402
 from udfs.config import TOPIC_KEYS, load_config  # noqa: E402
 from udfs.wire.avro import registry  # noqa: E402
@@ -112,6 +112,7 @@ def measure(bits: float, known: int, new: int) -> dict[str, float]:
     finally:
         job.stop()
         producer.close()
+        drop_topics(cfg)
     window = done - started
     return {"rate": new / window, "cpu_us": cpu / new * 1e6, "window": window}
 

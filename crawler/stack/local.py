@@ -418,6 +418,23 @@ def topic_partitions(admin) -> dict[str, int]:
     return {t.get("name") or t.get("topic"): len(t["partitions"]) for t in admin.describe_topics()}
 
 
+def drop_topics(cfg: Config) -> None:
+    """Delete the configured topics (a benchmark's own, named for one run), so that runs
+    after runs do not fill the broker's disk; a topic already gone is no error."""
+    from kafka.admin import KafkaAdminClient
+
+    admin = KafkaAdminClient(bootstrap_servers=cfg["kafka.bootstrap_servers"],
+                             request_timeout_ms=cfg["kafka.request_timeout_ms"],
+                             client_id="crawl-topics")
+    try:
+        names = {cfg[f"topics.{key}.name"] for key in TOPIC_KEYS}
+        present = sorted(names & set(admin.list_topics()))
+        if present:
+            admin.delete_topics(present)
+    finally:
+        admin.close()
+
+
 def ensure_topics(cfg: Config, wait_s: float = 30.0) -> list[str]:
     """Create each configured topic that is missing; report the ones that differ.
 
