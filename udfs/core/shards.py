@@ -115,8 +115,7 @@ class ShardQueue:
             {int(b): list(w) for b, w in index.get("buckets", {}).items()},
             index.get("count", 0)), bucket_s=bucket_s)
         budget = (saved or {}).get("templates")  # absent in state written before it
-        self.templates = TemplateBudget(budget["day"], dict(budget["counts"])) \
-            if budget else TemplateBudget()
+        self.templates = TemplateBudget.from_saved(budget) if budget else TemplateBudget()
         self.traps = traps
         self._count = count
         self.duplicates = 0
@@ -164,7 +163,7 @@ class ShardQueue:
         return {"shard_of": self.host_key, "shard": self.shard, "cold_index": {
             "buckets": {b: list(w) for b, w in self.queue.index.buckets.items()},
             "count": self.queue.index.count},
-            "templates": {"day": self.templates.day, "counts": dict(self.templates.counts)}}
+            "templates": self.templates.saved()}
 
 
 def _url_of(saved: Any) -> str:

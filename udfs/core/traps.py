@@ -12,6 +12,7 @@ import re
 from collections import Counter
 from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import Any
 
 from udfs.core.urls import split_host_key
 
@@ -98,6 +99,14 @@ class TemplateBudget:
     counts: dict[str, int] = field(default_factory=dict)
 
     OVERFLOW = "{overflow}"
+
+    def saved(self) -> dict[str, Any]:
+        """As plain data for keyed state (a copy: the budget goes on changing)."""
+        return {"day": self.day, "counts": dict(self.counts)}
+
+    @classmethod
+    def from_saved(cls, saved: dict[str, Any]) -> TemplateBudget:
+        return cls(saved["day"], dict(saved["counts"]))
 
     def admit(self, url: str, now: float, policy: TrapPolicy) -> TrapReason | None:
         today = int(now // DAY_S)

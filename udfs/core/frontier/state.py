@@ -77,7 +77,7 @@ def host_state(h: HostParts) -> dict[str, Any]:
         "counted": h.counted,
         "in_flight": _leases_out(h.leases),
         "budget": _fields_of(h.budget),
-        "templates": {"day": h.door.templates.day, "counts": dict(h.door.templates.counts)},
+        "templates": h.door.templates.saved(),
         "lease_seq": h.leases.seq, "rng": pacer.rng.state, "stats": dict(h.stats),
         "sharded": dict(shards.sharded), "pull_out": shards.pull_out,
         "unleased": shards.unleased,
@@ -117,8 +117,8 @@ def restore(h: HostParts, snap: dict[str, Any]) -> None:
     h.added_fields = frozenset(added)
     templates = snap["templates"]
     if isinstance(templates, TemplateBudget):  # written before field-named state
-        templates = {"day": templates.day, "counts": templates.counts}
-    h.door.templates = TemplateBudget(templates["day"], dict(templates["counts"]))
+        templates = templates.saved()
+    h.door.templates = TemplateBudget.from_saved(templates)
     h.leases.seq = snap["lease_seq"]
     pacer.rng.state = snap["rng"]
     h.stats = dict(snap.get("stats", {}))
