@@ -214,6 +214,16 @@ def window_row(seconds: int, warmup: float, gap: float, page_bytes: int, checkpo
             f"{pages[0]}–{pages[1]} / {checkpoint_ms / 1000:g} s")
 
 
+def per_page(parts: dict[str, float], pages: int) -> str:
+    """CPU seconds by part as ms per page: "frontier 5.6, fetcher 7.4, kafka 0.5"."""
+    return ", ".join(f"{name} {1000 * cpu / max(pages, 1):.1f}" for name, cpu in parts.items())
+
+
+def cpu_by_part(parts: dict[str, float], pages: int) -> str:
+    """The total ms per page, then by part: "13.5 (frontier 5.6, fetcher 7.4, kafka 0.5)"."""
+    return f"{1000 * sum(parts.values()) / max(pages, 1):.1f} ({per_page(parts, pages)})"
+
+
 # One run of run_ours in a fresh process, in the checkout it is started from (cwd).
 ONE_RUN = """
 import json, sys
@@ -287,9 +297,7 @@ def against(rev: str, sizes: list[int], pairs: int, base: dict, warmup: float,
                         (f"{sites} sites, {label}: pages/s",
                          ", ".join(f"{x:,.1f}" for x in rate[name])),
                         (f"{sites} sites, {label}: CPU ms per page (by part)", "; ".join(
-                            f"{1000 * sum(r['parts'].values()) / max(r['pages'], 1):.1f} ("
-                            + ", ".join(f"{k} {1000 * c / max(r['pages'], 1):.1f}"
-                                        for k, c in r["parts"].items()) + ")" for r in rs)),
+                            cpu_by_part(r["parts"], r["pages"]) for r in rs)),
                         (f"{sites} sites, {label}: politeness violations",
                          ", ".join(str(r["violations"]) for r in rs)),
                     ]
@@ -388,22 +396,18 @@ def main() -> None:
             (f"{sites} sites: this crawler CPU ms per page (all processes)",
              f"{ours_ms:.1f} ({ours_cpu:.0f} CPU s)"),
             (f"{sites} sites: this crawler CPU ms per page by part",
-             ", ".join(f"{name} {1000 * cpu / max(ours, 1):.1f}"
-                       for name, cpu in ours_parts.items())),
+             per_page(ours_parts, ours)),
             (f"{sites} sites: Scrapy CPU ms per page", f"{theirs_ms:.1f} ({theirs_cpu:.0f} CPU s)"),
             (f"{sites} sites: politeness violations, this crawler", f"{ours_v} {ours_kinds}"),
             (f"{sites} sites: politeness violations, Scrapy", f"{theirs_v} {theirs_kinds}"),
         ]
         for v, ((pages, violations, _kinds), secs, parts) in other:
-            cpu = sum(parts.values())
             rate = pages / secs
             rows += [
                 (f"{sites} sites, {','.join(v)}: pages/s (ratio to Scrapy)",
                  f"{rate:,.1f} ({rate / max(theirs_rate, 1e-9):.2f})"),
                 (f"{sites} sites, {','.join(v)}: CPU ms per page (by part)",
-                 f"{1000 * cpu / max(pages, 1):.1f} (" + ", ".join(
-                     f"{name} {1000 * c / max(pages, 1):.1f}" for name, c in parts.items())
-                 + f"); violations {violations}"),
+                 f"{cpu_by_part(parts, pages)}; violations {violations}"),
             ]
     record("crawl", "The whole crawl vs Scrapy on the synthetic web", rows,
            notes="Same web (seed), same per-host politeness settings: 1 in flight, the same "

@@ -418,14 +418,19 @@ def topic_partitions(admin) -> dict[str, int]:
     return {t.get("name") or t.get("topic"): len(t["partitions"]) for t in admin.describe_topics()}
 
 
+def _topics_admin(cfg: Config):  # -> kafka.admin.KafkaAdminClient
+    """The admin client that makes and deletes the configured topics."""
+    from kafka.admin import KafkaAdminClient
+
+    return KafkaAdminClient(bootstrap_servers=cfg["kafka.bootstrap_servers"],
+                            request_timeout_ms=cfg["kafka.request_timeout_ms"],
+                            client_id="crawl-topics")
+
+
 def drop_topics(cfg: Config) -> None:
     """Delete the configured topics (a benchmark's own, named for one run), so that runs
     after runs do not fill the broker's disk; a topic already gone is no error."""
-    from kafka.admin import KafkaAdminClient
-
-    admin = KafkaAdminClient(bootstrap_servers=cfg["kafka.bootstrap_servers"],
-                             request_timeout_ms=cfg["kafka.request_timeout_ms"],
-                             client_id="crawl-topics")
+    admin = _topics_admin(cfg)
     try:
         names = {cfg[f"topics.{key}.name"] for key in TOPIC_KEYS}
         present = sorted(names & set(admin.list_topics()))
@@ -441,12 +446,10 @@ def ensure_topics(cfg: Config, wait_s: float = 30.0) -> list[str]:
     Returns once every configured topic is visible in the broker's metadata, so
     a client started right after `up` finds them.
     """
-    from kafka.admin import KafkaAdminClient, NewTopic
+    from kafka.admin import NewTopic
     from kafka.errors import TopicAlreadyExistsError
 
-    admin = KafkaAdminClient(bootstrap_servers=cfg["kafka.bootstrap_servers"],
-                             request_timeout_ms=cfg["kafka.request_timeout_ms"],
-                             client_id="crawl-topics")
+    admin = _topics_admin(cfg)
     try:
         described = topic_partitions(admin)
         lines: list[str] = []
