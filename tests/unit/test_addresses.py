@@ -104,6 +104,21 @@ def test_literal_host_takes_a_host_name_for_one_without_parsing_it(host, port):
     assert literal_host(url) == _literal_by_parsing(url)
 
 
+@given(st.one_of(
+    st.ip_addresses().map(str),
+    st.ip_addresses().map(lambda ip: f" [{ip}]%zone "),
+    st.text(max_size=24),
+    st.from_regex(r"[a-z0-9.\-:%\[\] ]{0,24}", fullmatch=True)))
+def test_may_be_ip_is_false_only_where_parse_ip_finds_no_address(host):
+    """The fetcher's literal check skips parse_ip where may_be_ip says no: never for an
+    address parse_ip would find (in any form it reads: blanks, brackets, a zone)."""
+    from udfs.core.addresses import may_be_ip, parse_ip
+
+    if parse_ip(host) is not None:
+        assert may_be_ip(host)
+    assert not may_be_ip("s-12.test") and not may_be_ip("example.com.")
+
+
 def test_an_ip_literal_is_refused_by_the_policy_it_was_checked_with():
     from udfs.core.addresses import url_address_refusal
 

@@ -114,6 +114,16 @@ def test_content_hashes():
     assert text_hash("a  b\n c") == text_hash("a b c") != text_hash("a b d")
 
 
+@given(st.text())
+def test_text_hash_of_normalized_text_skips_the_split_and_agrees(text):
+    """The parser hashes its single-spaced text as it is: the same hash as of the raw
+    text (normalizing twice changes nothing), and a different one where it is not."""
+    normalized = " ".join(text.split())
+    assert text_hash(normalized, normalized=True) == text_hash(text)
+    if normalized != text:
+        assert text_hash(text, normalized=True) != text_hash(text)
+
+
 def test_signed_conversion_for_avro_longs():
     for v in (0, 1, (1 << 63) - 1, 1 << 63, (1 << 64) - 1):
         s = to_signed64(v)

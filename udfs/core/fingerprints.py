@@ -35,9 +35,12 @@ def sha256_hex(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def text_hash(text: str) -> str:
-    """SHA-256 of whitespace-normalized extracted text (change detection)."""
-    return hashlib.sha256(" ".join(text.split()).encode("utf-8")).hexdigest()
+def text_hash(text: str, *, normalized: bool = False) -> str:
+    """SHA-256 of whitespace-normalized extracted text (change detection). `normalized`:
+    the text is already single-spaced and stripped (as ParsedPage.text is), so it is
+    hashed as it is (splitting a page's text again costs ten times the hash)."""
+    return hashlib.sha256((text if normalized else " ".join(text.split())).encode("utf-8")
+                          ).hexdigest()
 
 
 def url_id(url: str, probe: int = 0) -> str:

@@ -137,7 +137,7 @@ def parse_html(body: bytes, url: str, *,
             page.links.append(target)
 
     page.text = " ".join(" ".join(_TEXT_XPATH(root)).split())
-    page.text_sha256 = text_hash(page.text)
+    page.text_sha256 = text_hash(page.text, normalized=True)  # (joined just above)
     page.simhash = simhash64(page.text)
     return page
 

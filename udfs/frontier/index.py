@@ -74,14 +74,17 @@ class NearDuplicateBand(KeyedProcessFunction):
         event: IndexEvent = pickle.loads(row[1])
         if event["simhash"] is not None and row[0].startswith("b"):
             fp = from_signed64(event["simhash"])
-            if event["near_duplicate_of"] is None:
+            # `size` counts what `seen` holds (both change together): an empty bucket, the
+            # usual case, is neither scanned nor asked for the URL (each a call into the
+            # JVM in thread mode).
+            size = self.size.value() or 0
+            if size and event["near_duplicate_of"] is None:
                 for other_id, other in self.seen.items():
                     if other_id != event["url_id"] and hamming(fp, from_signed64(other)) <= \
                             self.k:
                         event["near_duplicate_of"] = other_id
                         break
-            size = self.size.value() or 0
-            if size < self.max_bucket and not self.seen.contains(event["url_id"]):
+            if size < self.max_bucket and not (size and self.seen.contains(event["url_id"])):
                 self.seen.put(event["url_id"], event["simhash"])
                 self.size.update(size + 1)
         if self.band < self.k:

@@ -139,11 +139,18 @@ class SchemaRegistry:
         """Single-object encoding of `record` with the newest version of schema `name` (or
         with `version`: what a producer of an older build writes)."""
         sv = self.latest(name) if version is None else self._version(name, version)
+        # The yes/no check first: with raise_errors=True fastavro renders the schema of
+        # every union branch it tries as JSON for its message, valid record or not
+        # (about 450 us for a completion against 25 us); the message only when invalid.
         if check:
             try:
-                validate(record, sv.parsed, raise_errors=True)
+                valid = validate(record, sv.parsed, raise_errors=False)
+                if not valid:
+                    validate(record, sv.parsed, raise_errors=True)
             except Exception as exc:  # fastavro raises ValidationError or ValueError
                 raise AvroEncodeError(f"{name} v{sv.version}: {exc}") from None
+            if not valid:
+                raise AvroEncodeError(f"{name} v{sv.version}: does not match the schema")
         buf = io.BytesIO()
         buf.write(MAGIC)
         buf.write(sv.fingerprint)
