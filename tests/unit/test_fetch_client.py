@@ -133,6 +133,42 @@ def test_a_bomb_leaves_the_loop_turns_and_its_decoding_out_of_the_duration(web):
     assert 0 < resp.duration_s <= elapsed - resp.decode_s + 0.001
 
 
+def _fetch_with_the_loop_blocked(web, path: str, block_at: float, block_s: float):
+    """Fetch `path` on a warm connection (after /p/0 of the same site) while the loop
+    is blocked `block_s` seconds from `block_at` after the fetch's start (a busy fetch
+    engine, another thread holding the GIL): (response, elapsed seconds)."""
+    import time
+
+    base = web.host_key(site(web, feature="slow"))
+    limits = replace(LIMITS, read_timeout_s=5.0)  # (/slow answers after 3 s)
+
+    async def go():
+        loop = asyncio.get_running_loop()
+        async with make_session(loopback_cache(web), limits) as session:
+            await fetch(session, base + "/p/0", Kind.PAGE, limits, UA)
+            start = loop.time()
+            loop.call_later(block_at, time.sleep, block_s)
+            resp = await fetch(session, base + path, Kind.PAGE, limits, UA)
+            return resp, loop.time() - start
+
+    return run(go())
+
+
+@pytest.mark.skipif(not hasattr(__import__("socket"), "TCP_INFO"), reason="Linux TCP_INFO")
+def test_the_duration_leaves_out_the_time_an_answer_waited_for_a_blocked_loop(web):
+    """An answer that came in while our loop was blocked waited for us, not for the
+    server: the duration (10x of which spaces the host's next request) leaves that wait
+    out, as far as the kernel's receive time shows it, and keeps the server's own time."""
+    resp, elapsed = _fetch_with_the_loop_blocked(web, "/p/0", 0.0, 0.5)
+    assert resp.outcome is Outcome.OK and elapsed >= 0.5
+    assert resp.duration_s < 0.15, resp.duration_s  # was the whole 0.5 s and more
+    # A server that takes 3 s (/slow), the loop blocked for 0.5 s within them: all 3 s
+    # count, the jiffy of rounding added rather than taken off.
+    slow, elapsed = _fetch_with_the_loop_blocked(web, "/slow", 1.0, 0.5)
+    assert slow.outcome is Outcome.OK and 3.0 <= slow.duration_s <= elapsed, \
+        (slow.duration_s, elapsed)
+
+
 class RefuseEveryConnection(aiohttp.TCPConnector):
     attempts: list = []
 

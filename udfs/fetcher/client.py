@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import struct
 import time
 import zlib
 from collections.abc import Callable
@@ -177,8 +178,9 @@ class FetchResponse:
     headers: dict[str, str] = field(default_factory=dict)
     body: bytes = b""  # decoded (decompressed), at most the limit
     wire_bytes: int = 0
-    # The request's time, less the time spent decoding its body: the server's time is
-    # what the gap after it (10x the duration) is counted from, not our CPU.
+    # The request's time, less the time spent decoding its body and the time its last
+    # byte waited for this process (`receive_lag`): the server's time is what the gap
+    # after it (10x the duration) is counted from, not our CPU or our loop's delays.
     duration_s: float = 0.0
     error: str | None = None
     decode_s: float = 0.0  # seconds spent decompressing the body
@@ -232,6 +234,39 @@ def _peer(resp: aiohttp.ClientResponse) -> str | None:
         if peer:
             return str(peer[0])
     return None
+
+
+# Linux's struct tcp_info (netinet/tcp.h): its length up to tcpi_rttvar, and the offset
+# of tcpi_last_data_recv, milliseconds since the kernel last received data on the socket.
+_TCP_INFO_LEN = 76
+_LAST_DATA_RECV = 52
+# tcp_info counts its times in jiffies: one of rounding (10 ms at HZ 100, the coarsest).
+JIFFY_S = 0.010
+
+
+def receive_lag(resp: aiohttp.ClientResponse) -> float:
+    """Seconds since the kernel last received data on `resp`'s connection (Linux
+    TCP_INFO), less a jiffy of rounding; 0.0 where it cannot say (another system, a
+    connection already closed). The last data received on the socket is the response's
+    last byte or, were the connection passed on meanwhile, newer: never older, so the
+    lag is never over-counted, and the request's duration less it never under-counted."""
+    option = getattr(socket, "TCP_INFO", None)
+    if option is None:
+        return 0.0
+    for holder in (resp.connection, getattr(resp, "_protocol", None)):
+        transport = getattr(holder, "transport", None)
+        sock = transport.get_extra_info("socket") if transport is not None else None
+        if sock is None:
+            continue
+        try:
+            raw = sock.getsockopt(socket.IPPROTO_TCP, option, _TCP_INFO_LEN)
+        except OSError:  # not a TCP socket, or closed
+            return 0.0
+        if len(raw) < _LAST_DATA_RECV + 4:
+            return 0.0
+        (ago_ms,) = struct.unpack_from("=I", raw, _LAST_DATA_RECV)
+        return max(0.0, ago_ms / 1000 - JIFFY_S)
+    return 0.0
 
 
 def _exchange(resp: aiohttp.ClientResponse, wire: list[bytes], truncated: str | None,
@@ -316,10 +351,14 @@ async def fetch(session: aiohttp.ClientSession, url: str, kind: Kind, limits: Fe
                         truncated = "length"
                     del out[cap:]
                     body = bytes(out)
+            # Read before anything else can run on this loop: how long the answer's last
+            # byte has waited for this process (a busy loop, the GIL) is not the server's.
+            lag = receive_lag(resp)
             exchange = _exchange(resp, raw, truncated, ip) if keep_exchange else None
+            # (decoding and waiting may overlap: the larger is taken off, not both)
             return FetchResponse(outcome, resp.status, headers, body, wire,
-                                 time.monotonic() - start - decode_s, decode_s=decode_s,
-                                 exchange=exchange)
+                                 max(0.0, time.monotonic() - start - max(decode_s, lag)),
+                                 decode_s=decode_s, exchange=exchange)
     except AddressRefused as exc:
         return FetchResponse(Outcome.ADDRESS_BLOCKED, error=str(exc),
                              duration_s=time.monotonic() - start)
