@@ -166,6 +166,18 @@ def test_split_host_key():
     assert split_host_key("http://a.com/p?q=1") == ("http://a.com", "/p?q=1")
 
 
+@pytest.mark.parametrize("raw, normalized", [
+    ("http://a.b/%%41a", "http://a.b/%%41a"),  # not "%Aa": the escape of byte 0xAA
+    ("http://a.b/%4%31", "http://a.b/%4%31"),  # not "%41"
+    ("http://a.b/%%%41%41", "http://a.b/%%%41A"),
+    ("http://a.b/%7e%41%2f%7E", "http://a.b/~A%2F~"),
+    ("http://a.b/x?q=%%62c", "http://a.b/x?q=%%62c"),
+])
+def test_decoding_an_escape_never_makes_another(raw, normalized):
+    assert normalize_url(raw) == normalized
+    assert normalize_url(normalized) == normalized
+
+
 URL_ALPHABET = st.sampled_from(list("abcXYZ019-._~!$&'()*+,;=:@/?#[]% ") + [
     "%41", "%7e", "%2F", "%zz", "é", "ü", "\t", "\n", "..", "./", "\\", "utm_a=1", "&"])
 

@@ -58,16 +58,35 @@ class UrlPolicy:
 NO_DROPS = UrlPolicy()
 
 
+_HEX = frozenset("0123456789ABCDEFabcdef")
+
+
 def _fix_escapes(text: str) -> str:
-    """Decode %XX of unreserved characters; upper-case every other escape."""
+    """Decode %XX of unreserved characters; upper-case every other escape. An escape whose
+    character would complete a new one with a stray "%" before it ("%%41a" would become
+    "%Aa", the escape of byte 0xAA) stays an escape: another URL, and not idempotent."""
     if "%" not in text:
         return text
-
-    def repl(m: re.Match[str]) -> str:
+    out: list[str] = []
+    done = 0
+    for m in _ESCAPE.finditer(text):
+        out.append(text[done:m.start()])
+        done = m.end()
         value = int(m.group(1), 16)
-        return chr(value) if value in _UNRESERVED else "%" + m.group(1).upper()
+        char = chr(value)
+        if value in _UNRESERVED and not (char in _HEX and _ends_a_stray_escape(out)):
+            out.append(char)
+        else:
+            out.append("%" + m.group(1).upper())
+    out.append(text[done:])
+    return "".join(out)
 
-    return _ESCAPE.sub(repl, text)
+
+def _ends_a_stray_escape(out: list[str]) -> bool:
+    """Whether the text so far ends in "%" or "%" and one hex digit (a hex digit after it
+    would make an escape)."""
+    tail = "".join(out[-4:])[-2:]  # (every other piece is an escape's: 1 or 3 characters)
+    return tail[-1:] == "%" or (len(tail) == 2 and tail[0] == "%" and tail[1] in _HEX)
 
 
 def _drop_path_params(path: str, policy: UrlPolicy) -> str:
