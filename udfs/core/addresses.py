@@ -88,27 +88,20 @@ def _embedded_v4(ip: ipaddress.IPv6Address) -> ipaddress.IPv4Address | None:
     return None
 
 
-def _bare(address: str) -> str:
-    """An address as `parse_ip` reads it: no blanks, brackets or zone."""
-    return address.strip().strip("[]").split("%", 1)[0]
-
-
 def parse_ip(address: str | IPAddress) -> IPAddress | None:
+    """The IP address `address` is (blanks, brackets and a zone ignored), else None."""
     if isinstance(address, (ipaddress.IPv4Address, ipaddress.IPv6Address)):
         return address
     try:
-        return ipaddress.ip_address(_bare(address))
+        bare = address.strip().strip("[]").split("%", 1)[0]
+        # A dotted IPv4 address ends in a digit and an IPv6 address has colons: a host
+        # name (most calls: every link's host) is told apart without the parse and the
+        # exception it raises, which cost more than the rest of an address check.
+        if ":" not in bare and not bare[-1:].isdigit():
+            return None
+        return ipaddress.ip_address(bare)
     except (ValueError, AttributeError):
         return None
-
-
-def may_be_ip(host: str) -> bool:
-    """False when `parse_ip(host)` is certainly None, told without parsing: a dotted IPv4
-    address ends in a digit and an IPv6 address has colons, so a host name usually has
-    neither (it is a link's host on every call: the parse and its exception cost more
-    than the rest of the check)."""
-    bare = _bare(host)
-    return ":" in bare or bare[-1:].isdigit()
 
 
 def classify(address: str | IPAddress) -> AddressClass:
@@ -172,8 +165,6 @@ def literal_host(host_key: str) -> str | None:
         host = rest[1:rest.find("]")] if "]" in rest else rest[1:]
     else:
         host = rest.rsplit(":", 1)[0] if ":" in rest else rest
-        if not may_be_ip(host):
-            return None
     return host if parse_ip(host) is not None else None
 
 

@@ -33,7 +33,7 @@ import aiohttp
 from aiohttp.abc import AbstractResolver, ResolveResult
 from yarl import URL
 
-from udfs.core.addresses import AddressPolicy, may_be_ip, parse_ip, url_address_refusal
+from udfs.core.addresses import AddressPolicy, parse_ip, url_address_refusal
 from udfs.core.fetching import DnsCache, FetchLimits, classify, request_headers
 from udfs.core.records import Kind, Outcome
 from udfs.core.urls import normalize_url
@@ -101,7 +101,7 @@ def literal_refusal(url: str, policy: AddressPolicy) -> str | None:
         host = URL(url).host
     except (ValueError, TypeError):
         return None
-    if host is None or not may_be_ip(host) or parse_ip(host) is None:
+    if host is None or parse_ip(host) is None:
         return None
     return policy.check(host)
 
