@@ -224,16 +224,22 @@ async def _decode(decoder: Any, chunk: bytes, out: bytearray, cap: int) -> float
     return spent
 
 
-def _peer(resp: aiohttp.ClientResponse) -> str | None:
-    """The address the response came from. aiohttp releases a connection whose answer
-    is already buffered (`resp.connection` is then None), so the response's protocol
-    (a private attribute: None if a later aiohttp drops it) is asked too."""
+def _extra_info(resp: aiohttp.ClientResponse, name: str) -> Any:
+    """`get_extra_info(name)` of the response's transport. aiohttp releases a connection
+    whose answer is already buffered (`resp.connection` is then None), so the response's
+    protocol (a private attribute: None if a later aiohttp drops it) is asked too."""
     for holder in (resp.connection, getattr(resp, "_protocol", None)):
         transport = getattr(holder, "transport", None)
-        peer = transport.get_extra_info("peername") if transport is not None else None
-        if peer:
-            return str(peer[0])
+        info = transport.get_extra_info(name) if transport is not None else None
+        if info:
+            return info
     return None
+
+
+def _peer(resp: aiohttp.ClientResponse) -> str | None:
+    """The address the response came from."""
+    peer = _extra_info(resp, "peername")
+    return str(peer[0]) if peer else None
 
 
 # Linux's struct tcp_info (netinet/tcp.h): its length up to tcpi_rttvar, and the offset
@@ -251,22 +257,17 @@ def receive_lag(resp: aiohttp.ClientResponse) -> float:
     last byte or, were the connection passed on meanwhile, newer: never older, so the
     lag is never over-counted, and the request's duration less it never under-counted."""
     option = getattr(socket, "TCP_INFO", None)
-    if option is None:
+    sock = _extra_info(resp, "socket") if option is not None else None
+    if sock is None:
         return 0.0
-    for holder in (resp.connection, getattr(resp, "_protocol", None)):
-        transport = getattr(holder, "transport", None)
-        sock = transport.get_extra_info("socket") if transport is not None else None
-        if sock is None:
-            continue
-        try:
-            raw = sock.getsockopt(socket.IPPROTO_TCP, option, _TCP_INFO_LEN)
-        except OSError:  # not a TCP socket, or closed
-            return 0.0
-        if len(raw) < _LAST_DATA_RECV + 4:
-            return 0.0
-        (ago_ms,) = struct.unpack_from("=I", raw, _LAST_DATA_RECV)
-        return max(0.0, ago_ms / 1000 - JIFFY_S)
-    return 0.0
+    try:
+        raw = sock.getsockopt(socket.IPPROTO_TCP, option, _TCP_INFO_LEN)
+    except OSError:  # not a TCP socket, or closed
+        return 0.0
+    if len(raw) < _LAST_DATA_RECV + 4:
+        return 0.0
+    (ago_ms,) = struct.unpack_from("=I", raw, _LAST_DATA_RECV)
+    return max(0.0, ago_ms / 1000 - JIFFY_S)
 
 
 def _exchange(resp: aiohttp.ClientResponse, wire: list[bytes], truncated: str | None,
