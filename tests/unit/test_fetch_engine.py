@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from udfs.fetcher.engine import FetchEngine
+from udfs.fetcher.engine import FetchEngine, Room
 
 
 def test_results_come_back_by_drain_and_room_is_bounded():
@@ -63,6 +63,107 @@ def test_submit_when_room_waits_without_blocking_its_loop():
         assert asyncio.run(go()) > 5  # the caller's loop kept running while it waited
     finally:
         engine.close()
+
+
+def test_a_submit_waiting_for_ready_looks_again_only_when_notified():
+    """No polling: while nothing frees room, the waiter is not woken (the polling it
+    replaces looked every 5 ms); a notify from another thread lets it through."""
+    async def work(item):
+        return [item]
+
+    engine = FetchEngine(work, capacity=4)
+    looks = 0
+    ready = False
+
+    def parser_has_room() -> bool:
+        nonlocal looks
+        looks += 1
+        return ready
+
+    async def go():
+        nonlocal ready
+        waiter = asyncio.ensure_future(engine.submit_when_room("x", parser_has_room))
+        await asyncio.sleep(0.3)
+        seen = (looks, waiter.done())
+        ready = True
+        threading.Thread(target=engine.room.notify).start()  # as the parse stage does
+        await asyncio.wait_for(waiter, 10)
+        return seen
+
+    try:
+        assert asyncio.run(go()) == (1, False)
+        deadline = time.monotonic() + 10
+        got: list = []
+        while not got and time.monotonic() < deadline:
+            got += engine.drain()
+            time.sleep(0.01)
+        assert got == ["x"]
+    finally:
+        engine.close()
+
+
+def test_a_failure_wakes_a_submit_waiting_for_room_and_is_raised_there():
+    release = threading.Event()
+
+    async def work(item):
+        while not release.is_set():
+            await asyncio.sleep(0.01)
+        raise RuntimeError("crash while the engine was full")
+
+    engine = FetchEngine(work, capacity=1)
+
+    async def go():
+        assert engine.submit("held")
+        waiter = asyncio.ensure_future(engine.submit_when_room("next"))
+        await asyncio.sleep(0.05)
+        release.set()
+        with pytest.raises(RuntimeError, match="crash while"):
+            await asyncio.wait_for(waiter, 10)
+
+    try:
+        asyncio.run(go())
+    finally:
+        engine.close()
+
+
+def test_room_loses_no_notify_between_a_check_and_the_wait():
+    """Another thread frees room 2,000 times, each while the waiter may be between its
+    check and its wait; the waiter takes every unit (a lost notify would hang it)."""
+    room = Room()
+    lock = threading.Lock()
+    units = 0
+    rounds = 2000
+
+    def has_room() -> bool:
+        return units > 0
+
+    def free() -> None:
+        nonlocal units
+        for _ in range(rounds):
+            with lock:
+                units += 1
+            room.notify()
+            time.sleep(0)
+
+    async def take_all() -> int:
+        nonlocal units
+        taken = 0
+        while taken < rounds:
+            await room.wait(has_room)
+            with lock:
+                units -= 1
+            taken += 1
+        return taken
+
+    async def go() -> int:
+        freer = threading.Thread(target=free)
+        freer.start()
+        try:
+            return await asyncio.wait_for(take_all(), 30)
+        finally:
+            freer.join(10)
+
+    assert asyncio.run(go()) == rounds
 
 
 def test_a_failure_in_work_is_raised_by_the_next_check():

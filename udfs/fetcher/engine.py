@@ -24,11 +24,56 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 
+class Room:
+    """Wakes coroutines, on any thread's loop, that wait for room another thread frees.
+
+    `wait(has_room)` returns once `has_room()` is true; it is checked again after every
+    `notify()`, under the same lock, so a notify between a check and the wait is never
+    lost. Every waiter wakes on each notify: callers keep the waiters few (the fetch
+    function lets one lease at a time wait). It replaces polling: a thousand leases that
+    each looked every few milliseconds kept the fetcher's process busy, and its GIL held,
+    while they waited."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._waiters: list[asyncio.Future] = []
+
+    async def wait(self, has_room: Callable[[], bool]) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            with self._lock:
+                if has_room():
+                    return
+                woken = loop.create_future()
+                self._waiters.append(woken)
+            try:
+                await woken
+            finally:
+                with self._lock:
+                    if woken in self._waiters:  # cancelled before any notify
+                        self._waiters.remove(woken)
+
+    def notify(self) -> None:
+        with self._lock:
+            waiters, self._waiters = self._waiters, []
+        for woken in waiters:
+            try:
+                woken.get_loop().call_soon_threadsafe(_resolve, woken)
+            except RuntimeError:  # its loop is closed: nobody waits there any more
+                pass
+
+
+def _resolve(woken: asyncio.Future) -> None:
+    if not woken.done():
+        woken.set_result(None)
+
+
 class FetchEngine:
     """Runs `work(item)` for each submitted item on its own thread and loop, at most
     `capacity` at once; `drain()` returns the results finished so far (each `work` call
     returns a list). An exception in a `work` call is kept and raised by the next
-    `check()`: the task fails as if the fetch function itself had raised."""
+    `check()`: the task fails as if the fetch function itself had raised. `room` is
+    notified whenever a `work` call ends (others may notify it too: the parse stage)."""
 
     def __init__(self, work: Callable[[Any], Awaitable[list]], capacity: int) -> None:
         self.work = work
@@ -38,6 +83,7 @@ class FetchEngine:
         self._active = 0
         self._lock = threading.Lock()
         self._tasks: set[asyncio.Task] = set()  # the loop holds tasks weakly
+        self.room = Room()
         self.loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._run, name="fetch-engine", daemon=True)
         self._thread.start()
@@ -55,6 +101,7 @@ class FetchEngine:
         with self._lock:
             self._outbox.extend(out)
             self._active -= 1
+        self.room.notify()
 
     def submit(self, item: Any) -> bool:
         """Start work on `item` if the engine has room (else False: try again later)."""
@@ -72,11 +119,17 @@ class FetchEngine:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def submit_when_room(self, item: Any, poll_s: float = 0.005) -> None:
-        """Wait (without blocking the caller's event loop) until the engine has room."""
-        while not self.submit(item):
+    async def submit_when_room(self, item: Any,
+                               ready: Callable[[], bool] = lambda: True) -> None:
+        """Wait (without blocking the caller's event loop, and without polling) until
+        the engine has room and `ready()` holds, then submit `item`. A failed `work`
+        call is raised here at once."""
+        while True:
+            await self.room.wait(lambda: self.failure is not None or
+                                 (self.active() < self.capacity and ready()))
             self.check()
-            await asyncio.sleep(poll_s)
+            if self.submit(item):
+                return
 
     def drain(self) -> list:
         with self._lock:

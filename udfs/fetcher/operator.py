@@ -135,7 +135,9 @@ class FetchFunction(AsyncFunction):
         self.parser = ParseStage(
             parsing, self.user_agent, self.url_policy,
             parse_delay_s=self.faults.parse_delay_s if self.faults is not None else 0.0,
-            filters=cfg["parse.filters"])
+            filters=cfg["parse.filters"], on_free=self.engine.room.notify)
+        # Made on the first lease, on PyFlink's loop: one lease at a time waits for room.
+        self._admission: asyncio.Lock | None = None
         self.warc = self._warc_writer(cfg, runtime_context)
         if self.warc is not None:  # what writers of this crawl that died here left
             self.warc.start_recovery()
@@ -217,12 +219,14 @@ class FetchFunction(AsyncFunction):
         self.engine.check()
         self._warc_tick()
         if len(value[1]):
-            # Backpressure from the parse stage: while parse.max_waiting pages wait for a
-            # parser, no new lease is taken (the engine's loop keeps fetching the others).
-            while self.parser.full():
-                self.engine.check()
-                await asyncio.sleep(0.01)
-            await self.engine.submit_when_room(value)
+            # Backpressure from the engine (`connections` leases held or fetched) and the
+            # parse stage (while parse.max_waiting pages wait for a parser no new lease is
+            # taken; the engine's loop keeps fetching the others). The leases PyFlink hands
+            # over meanwhile queue on the lock, in order, and only its holder waits for room.
+            if self._admission is None:
+                self._admission = asyncio.Lock()
+            async with self._admission:
+                await self.engine.submit_when_room(value, ready=lambda: not self.parser.full())
         return self.engine.drain()
 
     async def _guarded(self, value) -> list:

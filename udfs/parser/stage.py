@@ -42,7 +42,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from queue import SimpleQueue
@@ -180,8 +180,10 @@ class ParseStage:
 
     def __init__(self, limits: ParseLimits, user_agent: str,
                  url_policy: UrlPolicy | None = None, parse_delay_s: float = 0.0,
-                 filters: Sequence[str] = ()) -> None:
+                 filters: Sequence[str] = (),
+                 on_free: Callable[[], None] | None = None) -> None:
         self.limits = limits
+        self.on_free = on_free  # called whenever a page leaves the stage (room for one)
         self.user_agent = user_agent
         self.filters = tuple(filters)  # parse.filters entries, loaded by each parser
         self.drop_params = tuple(url_policy.drop_params) if url_policy else ()
@@ -214,6 +216,8 @@ class ParseStage:
         finally:
             with self._lock:
                 self.waiting -= 1
+            if self.on_free is not None:
+                self.on_free()
 
     def _start(self) -> _Parser:
         parser = _Parser(self.limits, self.user_agent, self.drop_params, self.parse_delay_s,
