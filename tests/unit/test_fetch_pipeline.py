@@ -6,6 +6,8 @@ from __future__ import annotations
 import asyncio
 from dataclasses import replace
 
+import pytest
+
 from udfs.core.addresses import AddressPolicy
 from udfs.core.fetching import DnsCache, FetchLimits
 from udfs.core.fingerprints import url_id
@@ -28,14 +30,14 @@ def lease(url: str, host_key: str, kind: str = "PAGE", depth: int = 0) -> LeaseR
                               depth))
 
 
-def run_leases(web, tmp_path, leases, warc=None, store=None):
+def run_leases(web, tmp_path, leases, warc=None, store=None, parser=None):
     static = dict(e.split("=", 1) for e in web.static_hosts())
     cache = DnsCache(AddressPolicy.from_networks(["127.0.0.0/8"]), LIMITS, static)
 
     async def go():
         async with make_session(cache, LIMITS) as session:
             ctx = FetchContext(session, store or LocalStore(tmp_path), LIMITS, "FlinkCrawler",
-                               clock_ms=lambda: 1_000, warc=warc)
+                               clock_ms=lambda: 1_000, warc=warc, parser=parser)
             return [await process_lease(le, ctx) for le in leases]
 
     return asyncio.run(go())
@@ -87,6 +89,29 @@ def test_a_page_is_hashed_and_compressed_once_for_its_warc_record_and_raw_object
         web.body_for(s, "/p/0")
 
 
+def test_sitemaps_read_by_the_parse_stage_give_what_this_process_would(web, tmp_path):
+    """The fetcher's sitemaps are parsed in its parser processes: the same records as a
+    parse in this process."""
+    from udfs.core.parse import ParseLimits
+    from udfs.parser.stage import ParseStage
+
+    s = web.site_list[0]
+    hk = web.host_key(s)
+    leases = [lease(hk + "/sitemap_index.xml", hk, "SITEMAP"),
+              lease(hk + "/sitemap-1.xml.gz", hk, "SITEMAP")]
+    stage = ParseStage(ParseLimits(workers=1), "FlinkCrawler")
+    try:
+        staged = run_leases(web, tmp_path, leases, parser=stage)
+        assert stage.started == 1 and stage.waiting == 0
+    finally:
+        stage.close()
+    here = run_leases(web, tmp_path, leases)
+    for c, _ in (*staged, *here):
+        del c["fetch_duration_ms"]  # (the server's)
+    assert staged == here
+    assert len(staged[1][1][0]["links"]) == s.pages
+
+
 def test_robots_redirect_and_sitemaps(web, tmp_path):
     s = next(x for x in web.site_list if x.robots == "rules")
     hk = web.host_key(s)
@@ -112,13 +137,17 @@ def test_robots_redirect_and_sitemaps(web, tmp_path):
             REG.encode("discovered", d)
 
 
-def test_a_sitemap_larger_than_the_page_limit_is_read_whole(tmp_path):
+@pytest.mark.parametrize("parse_cpu_s", [None, 0.1])
+def test_a_sitemap_larger_than_the_page_limit_is_read_whole(tmp_path, parse_cpu_s):
     """A 50,000-URL sitemap of ~20 MB (twice fetch.max_body_bytes of 10 MiB) served on
     loopback is fetched and parsed in full: sitemaps have their own 50 MB limit. The
-    configured drop list reaches sitemap entries."""
+    configured drop list reaches sitemap entries. Parsed by a parse stage whose CPU
+    limit it passes (parse_cpu_s), it ends OK with no entries and the limit as its error."""
     from aiohttp import web as aioweb
 
+    from udfs.core.parse import ParseLimits
     from udfs.core.urls import UrlPolicy
+    from udfs.parser.stage import ParseStage
 
     entries = "".join(f"<url><loc>http://big.test/item/{i}?utm_source=s&amp;pad={'x' * 330}"
                       f"</loc></url>\n" for i in range(50_000))
@@ -144,14 +173,24 @@ def test_a_sitemap_larger_than_the_page_limit_is_read_whole(tmp_path):
         try:
             async with make_session(cache, limits) as session:
                 ctx = FetchContext(session, LocalStore(tmp_path), limits, "FlinkCrawler",
-                                   url_policy=UrlPolicy.from_names(["utm_*"]))
+                                   url_policy=UrlPolicy.from_names(["utm_*"]), parser=stage)
                 url = f"http://big.test:{port}/sitemap.xml"
                 return await process_lease(lease(url, f"http://big.test:{port}",
                                                  kind="SITEMAP"), ctx)
         finally:
             await runner.cleanup()
 
-    completion, discovered = asyncio.run(go())
+    stage = None if parse_cpu_s is None else \
+        ParseStage(ParseLimits(workers=1, cpu_limit_s=parse_cpu_s), "FlinkCrawler")
+    try:
+        completion, discovered = asyncio.run(go())
+    finally:
+        if stage is not None:
+            stage.close()
+    if stage is not None:
+        assert completion["outcome"] == "OK" and "0.1 s CPU" in completion["error"]
+        assert completion["links_count"] == 0 and discovered == []
+        return
     assert completion["outcome"] == "OK" and completion["error"] is None
     assert completion["links_count"] == 50_000
     links = [link["url"] for d in discovered for link in d["links"]]

@@ -122,6 +122,45 @@ def test_a_parser_that_dies_mid_page_is_a_crash_and_the_next_page_parses(stage_f
     assert after.page is not None and stage.started == 2
 
 
+def big_sitemap(n: int) -> bytes:
+    entries = "".join(f"<url><loc>/item/{i}?utm_source=s&amp;k={i}</loc></url>\n"
+                      for i in range(n))
+    return ('<?xml version="1.0" encoding="UTF-8"?>\n'
+            '<urlset xmlns="http://www.sitemaps.org/schemas/sitemap/0.9">\n'
+            f'{entries}</urlset>\n').encode()
+
+
+def test_a_sitemap_is_read_in_a_parser_process_with_the_drop_list():
+    from udfs.core.sitemaps import parse_sitemap
+    from udfs.core.urls import UrlPolicy
+
+    policy = UrlPolicy.from_names(["utm_*"])
+    stage = ParseStage(ParseLimits(workers=1), "FlinkCrawler", policy)
+    try:
+        body = big_sitemap(300)
+        result = run(stage.parse_sitemap(body, "http://a.test/sitemap.xml", 50_000_000))
+        assert result.limit is None and result.page is None and stage.started == 1
+        here = parse_sitemap(body, base_url="http://a.test/sitemap.xml", url_policy=policy)
+        assert result.sitemap == here and result.sitemap.kind == "urlset"
+        assert result.sitemap.entries[7].url == "http://a.test/item/7?k=7"
+        cut = run(stage.parse_sitemap(body, "http://a.test/sitemap.xml", 1000))
+        assert cut.sitemap is not None and cut.sitemap.errors  # max_bytes reaches the parser
+        assert len(cut.sitemap.entries) < 300
+    finally:
+        stage.close()
+
+
+def test_a_sitemap_over_the_cpu_limit_ends_without_entries_and_the_next_one_parses(
+        stage_factory):
+    stage = stage_factory(workers=1, cpu_limit_s=0.1)
+    slow = run(stage.parse_sitemap(big_sitemap(50_000), "http://a.test/s.xml", 50_000_000))
+    assert slow.limit is LimitKind.TIMEOUT and slow.sitemap is None
+    assert "0.1 s CPU" in slow.error
+    after = run(stage.parse_sitemap(big_sitemap(3), "http://a.test/s.xml", 50_000_000))
+    assert after.sitemap is not None and len(after.sitemap.entries) == 3
+    assert stage.started == 2 and not stage.waiting
+
+
 def test_the_event_loop_runs_on_while_pages_parse_and_full_bounds_the_wait(stage_factory):
     stage = stage_factory(workers=1, cpu_limit_s=1.0, max_waiting=2)
 

@@ -25,7 +25,7 @@ from udfs.core.fetching import FetchLimits
 from udfs.core.fingerprints import to_signed64
 from udfs.core.parse import LimitKind, ParsedPage, group_by_host, parse_html
 from udfs.core.records import DiscoverySource, Kind, Outcome
-from udfs.core.sitemaps import parse_sitemap
+from udfs.core.sitemaps import SitemapResult, parse_sitemap
 from udfs.core.urls import UrlPolicy, normalize_url
 from udfs.fetcher.client import fetch
 from udfs.fetcher.faults import FaultInjector
@@ -47,8 +47,8 @@ class PageStats:
     parse times' sum in microseconds (gauges carry integers only). `stored_bytes`: body
     bytes of objects written to storage (a body already stored is not written again).
     `backlog`: pages whose body has arrived and whose parse has not ended yet (being
-    stored, waiting for a parser process, or in one). `limit_hits`: pages whose parse
-    hit a limit, by kind (udfs.core.parse.LimitKind: timeout, memory, crash).
+    stored, waiting for a parser process, or in one). `limit_hits`: pages and sitemaps
+    whose parse hit a limit, by kind (udfs.core.parse.LimitKind: timeout, memory, crash).
     `filter_errors`: pages on which a parse filter (parse.filters) raised, by filter."""
 
     buckets: list[int] = field(default_factory=lambda: [0] * (len(PARSE_BUCKETS_S) + 1))
@@ -79,7 +79,8 @@ class FetchContext:
     url_policy: UrlPolicy | None = None  # urls.drop_query_params
     stats: PageStats = field(default_factory=PageStats)  # the task's, for its metrics
     # The task's parse stage (udfs/parser/stage.py: parser processes under the `parse`
-    # limits, and the parse filters). None: pages are parsed in this process, on the
+    # limits, and the parse filters; sitemaps too). None: pages and sitemaps are parsed
+    # in this process, on the
     # caller's loop, with no parse filters (unit tests and tools only; the fetcher job
     # always has a stage).
     parser: Any = None
@@ -143,8 +144,15 @@ async def process_lease(lease: LeaseRecord, ctx: FetchContext
         completion["body"] = body
         return completion, discovered
     if kind is Kind.SITEMAP:
-        sitemap = parse_sitemap(body, base_url=url, url_policy=ctx.url_policy,
-                                max_bytes=ctx.limits.max_sitemap_bytes)
+        if ctx.parser is not None:  # in a parser process: off this loop, under its limits
+            result = await ctx.parser.parse_sitemap(body, url, ctx.limits.max_sitemap_bytes)
+            if result.limit is not None:
+                ctx.stats.limit_hits[result.limit.value] += 1
+            sitemap = result.sitemap or SitemapResult(
+                "unknown", errors=[result.error or "the sitemap was not parsed"])
+        else:
+            sitemap = parse_sitemap(body, base_url=url, url_policy=ctx.url_policy,
+                                    max_bytes=ctx.limits.max_sitemap_bytes)
         source: DiscoverySource = "ROBOTS_SITEMAP" if sitemap.kind == "sitemapindex" \
             else "SITEMAP"
         meta = {e.url: e for e in sitemap.entries}

@@ -1,4 +1,5 @@
-"""The parse stage: HTML pages parsed in parser processes, never on the fetch engine's loop.
+"""The parse stage: HTML pages and sitemaps parsed in parser processes, never on the
+fetch engine's loop.
 
 Each fetcher task owns `parse.workers` long-lived parser processes (this module run as
 `python -m udfs.parser.stage`, started with subprocess: a plain exec of the task's own
@@ -21,6 +22,11 @@ Limits (udfs.core.parse.ParseLimits, the `parse` configuration section):
 * `max_bytes` of the body and `max_links` links: parse_html's own bounds.
 * `max_waiting`: pages waiting for (or in) a parser; the fetcher takes no new lease
   while `full()`.
+
+A sitemap file (`parse_sitemap`) goes the same way, under the same CPU, memory and
+crash limits (up to fetch.max_sitemap_bytes, 50 MB: seconds of XML and URL
+normalization that would otherwise stall every fetch on the loop); its result is a
+SitemapResult, and a limit hit leaves it with no entries and the limit in `error`.
 
 The user's parse filters (`parse.filters`, udfs/core/parsefilters.py) run in the parser
 process right after parse_html, under the same limits; each process loads them once,
@@ -57,6 +63,7 @@ from udfs.core.parse import (
     limit_error,
     parse_deadline,
 )
+from udfs.core.sitemaps import SitemapResult
 from udfs.core.urls import UrlPolicy
 
 _LEN = struct.Struct("!I")
@@ -65,7 +72,8 @@ _LEN = struct.Struct("!I")
 @dataclass
 class ParseResult:
     """One page's parse: `page` (None when a limit was hit), the limit hit (`limit`,
-    with the completion's error text in `error`), and the seconds it held a parser."""
+    with the completion's error text in `error`), and the seconds it held a parser; for
+    a sitemap file, `sitemap` in place of `page`."""
 
     page: ParsedPage | None
     limit: LimitKind | None = None
@@ -73,6 +81,7 @@ class ParseResult:
     seconds: float = 0.0
     # (filter name, "Type: message") when a parse filter raised on this page
     filter_error: tuple[str, str] | None = None
+    sitemap: SitemapResult | None = None
 
 
 def _write_frame(f, obj: Any) -> None:
@@ -206,8 +215,15 @@ class ParseStage:
     async def parse(self, body: bytes, url: str, headers: list[tuple[str, str]]
                     ) -> ParseResult:
         """Parse one page in a parser process; the caller's loop runs on meanwhile."""
-        job = (bytes(body[:self.limits.max_bytes]), len(body) > self.limits.max_bytes,
-               url, headers)
+        return await self._submit(("page", bytes(body[:self.limits.max_bytes]),
+                                   len(body) > self.limits.max_bytes, url, headers))
+
+    async def parse_sitemap(self, body: bytes, url: str, max_bytes: int) -> ParseResult:
+        """Read one sitemap file (udfs.core.sitemaps.parse_sitemap, relative URLs against
+        `url`, at most `max_bytes` uncompressed) in a parser process."""
+        return await self._submit(("sitemap", bytes(body), url, max_bytes))
+
+    async def _submit(self, job: tuple) -> ParseResult:
         with self._lock:
             self.waiting += 1
         try:
@@ -272,6 +288,8 @@ class ParseStage:
             if status == "error":
                 return ParseResult(None, None, f"parser error: {value}",
                                    time.monotonic() - started)
+            if job[0] == "sitemap":
+                return ParseResult(None, seconds=time.monotonic() - started, sitemap=value)
             page, filter_error = value
             return ParseResult(page, seconds=time.monotonic() - started,
                                filter_error=filter_error)
@@ -322,6 +340,7 @@ def _child(memory_mb: int, parent: int) -> None:
 
     from udfs.core.parse import parse_html
     from udfs.core.parsefilters import load_filters, parse_and_filter
+    from udfs.core.sitemaps import parse_sitemap
 
     def read() -> Any:
         head = _read_exact(inp, _LEN.size)
@@ -350,21 +369,26 @@ def _child(memory_mb: int, parent: int) -> None:
             _write_frame(out, ("memory", "MemoryError reading the page"))
         if job is None:
             return
-        body, cut, url, headers = job
         try:
             if delay_s > 0:
                 time.sleep(delay_s)  # faults.parse_delay_s: a stalled parser
-            page, failure = parse_and_filter(body, url, headers, user_agent=user_agent,
-                                             policy=policy, max_bytes=max_bytes,
-                                             max_links=max_links, chain=chain)
-            page.truncated = page.truncated or cut
-            page.text = ""  # not sent back: the hash and SimHash carry it
-            reply: tuple = ("ok", (page, failure))
+            if job[0] == "sitemap":
+                _, body, url, sitemap_bytes = job
+                reply: tuple = ("ok", parse_sitemap(body, base_url=url, url_policy=policy,
+                                                    max_bytes=sitemap_bytes))
+            else:
+                _, body, cut, url, headers = job
+                page, failure = parse_and_filter(body, url, headers, user_agent=user_agent,
+                                                 policy=policy, max_bytes=max_bytes,
+                                                 max_links=max_links, chain=chain)
+                page.truncated = page.truncated or cut
+                page.text = ""  # not sent back: the hash and SimHash carry it
+                reply = ("ok", (page, failure))
         except MemoryError:
             reply = ("memory", "MemoryError")
         except Exception as exc:  # noqa: BLE001 - reported, the page is skipped
             reply = ("error", f"{type(exc).__name__}: {exc}"[:500])
-        del body, job
+        job = body = None  # freed before the reply is written
         try:
             _write_frame(out, reply)
         except MemoryError:
