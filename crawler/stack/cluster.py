@@ -319,6 +319,8 @@ class Cluster:
                 "-pyexec", sys.executable]
         if savepoint:
             args += ["-s", savepoint]
+            if job == "fetcher":  # its state is all disposable (jobs/fetcher.py)
+                args += ["--allowNonRestoredState"]
         extra = []
         if parallelism:
             args += ["-p", str(parallelism)]

@@ -287,6 +287,8 @@ def test_two_flink_deployments_with_savepoint_upgrades(rendered):
     for job, d in deployments.items():
         assert (d["apiVersion"], d["kind"]) == ("flink.apache.org/v1beta1", "FlinkDeployment")
         assert d["spec"]["job"]["upgradeMode"] == "savepoint"
+        # only the fetcher's state may be left behind by an upgrade (all disposable)
+        assert d["spec"]["job"]["allowNonRestoredState"] is (job == "fetcher")
         assert d["spec"]["job"]["entryClass"] == "org.apache.flink.client.python.PythonDriver"
         conf = d["spec"]["flinkConfiguration"]
         assert conf["execution.checkpointing.savepoint-dir"] == \

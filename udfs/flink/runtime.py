@@ -16,6 +16,7 @@ import logging
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 from pyflink.common import Configuration, Types, WatermarkStrategy
 from pyflink.common.serialization import ByteArraySchema
@@ -79,13 +80,16 @@ def rocksdb_compression(uncompressed_levels: int) -> str:
 
 def make_env(cfg: Config, *, thread_mode: bool = False, bundle_size: int | None = None,
              bundle_time_ms: int | None = None, restore_from: str | None = None,
-             metrics_port: int = 0) -> StreamExecutionEnvironment:
+             metrics_port: int = 0, skip_unclaimed_state: bool = False
+             ) -> StreamExecutionEnvironment:
     """A StreamExecutionEnvironment with checkpointing, restarts and jars from `cfg`.
 
     `bundle_size`: records handed to a process-mode Python worker at a time. A
     checkpoint waits until the worker has finished its bundle, so a slow record
     delays checkpoints by up to a bundle's worth of them. `restore_from`: a savepoint or
     retained checkpoint to start from (a local MiniCluster; `flink run -s` on a cluster).
+    `skip_unclaimed_state`: a restore skips the state of operators this graph no longer
+    has (Flink's allowNonRestoredState), for a job whose state is all disposable.
     `metrics_port`: Flink's Prometheus reporter serves the job's metrics there (a local
     MiniCluster; a cluster's reporters come from its own configuration); 0: none."""
     # Logs go under the state folder, never into the installed pyflink package (its
@@ -149,6 +153,8 @@ def make_env(cfg: Config, *, thread_mode: bool = False, bundle_size: int | None 
                     "RETAIN_ON_CANCELLATION")
     if restore_from:
         conf.set_string("execution.state-recovery.path", restore_from)
+    if skip_unclaimed_state:
+        conf.set_string("execution.state-recovery.ignore-unclaimed-state", "true")
     conf.set_string("state.backend.type", cfg["flink.state_backend"])
     if cfg["flink.state_backend"] == "rocksdb":
         conf.set_string("execution.checkpointing.incremental", "true")
@@ -244,8 +250,9 @@ def _table_name(prefix: str, topic: str) -> str:
 class KafkaIO:
     """Keyed Kafka sources and sinks of one job (Table API connector, raw key and value).
 
-    Sources give Row(key, value, topic, partition, offset); sinks take Row(key, value).
-    Call `attach()` once after the last sink, before `env.execute()`.
+    Sources give Row(key, value, topic, partition, offset); sinks take Row(key, value),
+    or Row(dest, key, value) and a `dest` to keep. Call `attach()` once after the last
+    sink, before `env.execute()`.
     """
 
     def __init__(self, env: StreamExecutionEnvironment, cfg: Config) -> None:
@@ -256,6 +263,7 @@ class KafkaIO:
         self.t_env = StreamTableEnvironment.create(env)
         self._statements = self.t_env.create_statement_set()
         self._sinks = 0
+        self._tables: dict[int, tuple[DataStream, Any]] = {}  # each stream as a table, once
 
     def _common(self, topic: str) -> str:
         return (f"'connector' = 'kafka', 'topic' = '{topic}', "
@@ -337,8 +345,11 @@ class KafkaIO:
         return self.t_env.to_data_stream(table)
 
     def sink(self, ds: DataStream, topic: str, *, exactly_once: bool,
-             transactional_id_prefix: str = "") -> None:
-        """Write Row(key, value) records to `topic`; exactly-once commits with checkpoints."""
+             transactional_id_prefix: str = "", dest: str | None = None) -> None:
+        """Write Row(key, value) records to `topic`; exactly-once commits with checkpoints.
+        With `dest`, `ds` holds Row(dest, key, value) and only the rows of that dest are
+        written: the choice is made in the JVM (a SQL filter), so a stream split over
+        several topics is not sent through a Python function per topic."""
         self._sinks += 1
         name = _table_name(f"sink{self._sinks}", topic)
         guarantee = "'sink.delivery-guarantee' = 'at-least-once'"
@@ -351,7 +362,19 @@ class KafkaIO:
         self.t_env.execute_sql(f"""
             CREATE TABLE {name} (`key` BYTES, `value` BYTES)
             WITH ({self._common(topic)}, {guarantee})""")
-        self._statements.add_insert(name, self.t_env.from_data_stream(ds))
+        table = self._table(ds)
+        if dest is not None:
+            from pyflink.table.expressions import col, lit
+
+            table = table.where(col("dest") == lit(dest)).select(col("key"), col("value"))
+        self._statements.add_insert(name, table)
+
+    def _table(self, ds: DataStream):
+        """`ds` as a table, made once however many sinks read it."""
+        made = self._tables.get(id(ds))
+        if made is None:
+            made = self._tables[id(ds)] = (ds, self.t_env.from_data_stream(ds))
+        return made[1]
 
     def attach(self) -> None:
         self._statements.attach_as_datastream()

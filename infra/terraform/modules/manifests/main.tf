@@ -11,6 +11,12 @@ locals {
     frontier = "thread"
     fetcher  = "process"
   }
+  # A savepoint upgrade may skip the state of operators the new graph dropped: only the
+  # fetcher, whose state is all disposable (leases are re-let, outputs idempotent).
+  allow_non_restored_state = {
+    frontier = false
+    fetcher  = true
+  }
 
   storage_root = "s3://${var.bucket}"
 
@@ -136,6 +142,8 @@ locals {
           parallelism = var.jobs[job].parallelism
           upgradeMode = "savepoint"
           state       = "running"
+
+          allowNonRestoredState = local.allow_non_restored_state[job]
         }
       }
     }
