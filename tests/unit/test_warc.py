@@ -508,6 +508,34 @@ def test_a_live_writers_file_is_not_recovered(tmp_path):
     assert live.publish() is not None
 
 
+def test_another_writers_recovery_the_moment_a_file_is_opened_leaves_it_alone(
+        tmp_path, monkeypatch):
+    """Two tasks share a temp_dir; one recovers just as the other opens a file (after
+    the open, before anything else): the file is not taken for a dead writer's (it was,
+    unlocked, and deleted under its writer, whose records were then lost)."""
+    import udfs.storage.warc_writer as module
+
+    store, live = writer(tmp_path, store_id="crawl-A")
+    _, other = writer(tmp_path, store_id="crawl-A")
+    recovered: list[list[str]] = []
+    real_open = open
+
+    def open_then_recover(path, *args, **kwargs):
+        fh = real_open(path, *args, **kwargs)
+        if str(path).endswith(".warc.gz") and args and "w" in args[0]:
+            recovered.append(other.recover())
+        return fh
+
+    monkeypatch.setattr(module, "open", open_then_recover, raising=False)
+    live.write(one())
+    monkeypatch.undo()
+    assert recovered == [[]]
+    key = live.publish()
+    assert key is not None and [f.key for f in warc_tool.list_files(store, "warc/")] == [key]
+    verdict = warc_tool.verify(store, "warc/")
+    assert verdict.problems == [] and verdict.records == 3
+
+
 def test_verify_finds_a_record_published_twice(tmp_path):
     store, w = writer(tmp_path)
     w.write(one(lease="L-1"))

@@ -212,10 +212,16 @@ class WarcWriter:
         self._path = path = self.temp_dir / f".tmp-{self._name}"
         if self.store_id:
             _owner_path(path).write_text(self.store_id)
-        self._fh = fh = open(path, "wb")  # noqa: SIM115 - closed on publish
+        # Made and locked under a name `recover` does not look at, then renamed: a
+        # `.tmp-` file is never seen unlocked while its writer lives (another task's
+        # recovery, in the same temp_dir, would otherwise take a file just opened for
+        # a dead writer's and delete it under its writer).
+        staging = path.with_name(f".new-{self._name}")
+        self._fh = fh = open(staging, "wb")  # noqa: SIM115 - closed on publish
         # Held while this writer lives: the kernel drops it when the process dies, which
         # is how `recover` tells a dead writer's file from a live one's.
         fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        os.rename(staging, path)
         self._opened_s, self._size, self._entries = now, 0, []
         info = warcinfo_record(self._name, int(now * 1000), {
             "software": SOFTWARE, "format": "WARC File Format 1.1",
