@@ -89,16 +89,18 @@ def guarded_socket_factory(policy: AddressPolicy) -> Callable[[tuple], socket.so
     return factory
 
 
-def literal_refusal(url: str, policy: AddressPolicy) -> str | None:
+def literal_refusal(url: str, policy: AddressPolicy, parsed: URL | None = None
+                    ) -> str | None:
     """Why the policy refuses `url`'s host, if that host is an IP literal as a browser
     (WHATWG: 2130706433, 0x7f000001 and 127.1 are 127.0.0.1) or aiohttp parses it; None
-    for names (the resolver and the socket guard check those)."""
+    for names (the resolver and the socket guard check those). `parsed`: `url` as the
+    yarl URL the request will be made with (`fetch` parses it once for both)."""
     normalized = normalize_url(url)
     reason = url_address_refusal(normalized, policy) if normalized else None
     if reason is not None:
         return reason
     try:
-        host = URL(url).host
+        host = (parsed if parsed is not None else URL(url)).host
     except (ValueError, TypeError):
         return None
     if host is None or parse_ip(host) is None:
@@ -303,7 +305,14 @@ async def fetch(session: aiohttp.ClientSession, url: str, kind: Kind, limits: Fe
     payload as received on the wire (for the WARC records)."""
     start = time.monotonic()
     policy = getattr(session.connector, "address_policy", None)
-    refusal = literal_refusal(url, policy) if policy is not None else None
+    # Parsed once: the address check reads the very URL object aiohttp then requests.
+    target: URL | str = url
+    try:
+        target = URL(url)
+    except (ValueError, TypeError):  # aiohttp's own parse fails the same way below
+        pass
+    refusal = None if policy is None else \
+        literal_refusal(url, policy, target if isinstance(target, URL) else None)
     if refusal is not None:  # an IP literal: no resolver is asked, so refuse it here
         return FetchResponse(Outcome.ADDRESS_BLOCKED, error=str(_refusal(url, refusal)))
     cap, wire_cap = limits.body_limit(kind), limits.wire_limit(kind)
@@ -315,7 +324,8 @@ async def fetch(session: aiohttp.ClientSession, url: str, kind: Kind, limits: Fe
         return _exchange(*answered[0][:2], why, answered[0][2]) if answered else None
 
     try:
-        async with session.get(url, headers=request_headers(user_agent, etag, last_modified),
+        async with session.get(target,
+                               headers=request_headers(user_agent, etag, last_modified),
                                allow_redirects=False) as resp:
             headers = {k.title(): v for k, v in resp.headers.items()}
             outcome = classify(resp.status, kind, headers.get("Content-Type"),

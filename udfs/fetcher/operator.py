@@ -179,11 +179,13 @@ class FetchFunction(AsyncFunction):
         (the writer's thread does it); a failed publish fails the task here."""
         if self.warc is None:
             return
+        now = time.monotonic()
+        if now - self._warc_checked < 1.0:  # (every lease comes here: only the clock)
+            return
         roll = self._warc_roll
         if roll is not None and roll.done() and roll.exception() is not None:
             raise roll.exception()
-        now = time.monotonic()
-        if now - self._warc_checked >= 1.0 and (roll is None or roll.done()):
+        if roll is None or roll.done():
             self._warc_checked = now
             self._warc_roll = self.warc.submit(self.warc.roll_if_due)
 

@@ -66,7 +66,8 @@ class Turns:
                     self.queues.begin(timing, now)
                     return None
                 try:  # woken early when a request of the host ends
-                    await asyncio.wait_for(turn.wait(), verdict)
+                    async with asyncio.timeout(verdict):  # (no task per wait, as wait_for makes)
+                        await turn.wait()
                 except TimeoutError:
                     pass
 
@@ -100,8 +101,8 @@ class Turns:
                 if now + (wait or 0.0) > deadline:
                     return None, Skip.TOO_LATE
                 try:  # woken early when a request to the address ends
-                    await asyncio.wait_for(turn.wait(), deadline - now if wait is None
-                                           else wait)
+                    async with asyncio.timeout(deadline - now if wait is None else wait):
+                        await turn.wait()
                 except TimeoutError:
                     pass
 
