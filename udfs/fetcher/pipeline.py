@@ -80,9 +80,8 @@ class FetchContext:
     stats: PageStats = field(default_factory=PageStats)  # the task's, for its metrics
     # The task's parse stage (udfs/parser/stage.py: parser processes under the `parse`
     # limits, and the parse filters; sitemaps too). None: pages and sitemaps are parsed
-    # in this process, on the
-    # caller's loop, with no parse filters (unit tests and tools only; the fetcher job
-    # always has a stage).
+    # in this process, on the caller's loop, with no parse filters (unit tests and tools
+    # only; the fetcher job always has a stage).
     parser: Any = None
     warc: Any = None  # the task's WarcWriter (udfs/storage/warc_writer.py); None: no WARC kept
     # Set by process_lease: (filter name, "Type: message") when a parse filter raised on

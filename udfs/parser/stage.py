@@ -192,7 +192,7 @@ class ParseStage:
                  filters: Sequence[str] = (),
                  on_free: Callable[[], None] | None = None) -> None:
         self.limits = limits
-        self.on_free = on_free  # called whenever a page leaves the stage (room for one)
+        self.on_free = on_free  # called whenever a page or sitemap leaves the stage
         self.user_agent = user_agent
         self.filters = tuple(filters)  # parse.filters entries, loaded by each parser
         self.drop_params = tuple(url_policy.drop_params) if url_policy else ()
