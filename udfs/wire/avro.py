@@ -26,6 +26,7 @@ from fastavro.schema import parse_schema, to_parsing_canonical_form
 from fastavro.validation import validate
 
 from schemas import SCHEMA_DIR
+from udfs.wire.avrocodec import Reader, Unsupported, Writer, compile_reader, compile_writer
 
 MAGIC = b"\xc3\x01"
 HEADER_LEN = len(MAGIC) + 8
@@ -94,6 +95,10 @@ class SchemaRegistry:
 
     def __init__(self, directory: Path = SCHEMA_DIR) -> None:
         self.directory = directory
+        # Compiled bodies (udfs/wire/avrocodec.py) by fingerprint, made on first use;
+        # None: not compilable, fastavro's writer or reader is used.
+        self._writers: dict[bytes, Writer | None] = {}
+        self._readers: dict[bytes, Reader | None] = {}
         self._by_name: dict[str, list[SchemaVersion]] = {}
         self._by_fp: dict[bytes, SchemaVersion] = {}
         for path in sorted(directory.glob("*.avsc")):
@@ -106,8 +111,10 @@ class SchemaRegistry:
             # binary layout; any of them decodes the data, the newest is kept.
             if other is None or other.version < sv.version:
                 self._by_fp[sv.fingerprint] = sv
+        self._latest: dict[str, SchemaVersion] = {}
         for name, versions in self._by_name.items():
             versions.sort(key=lambda v: v.version)
+            self._latest[name] = versions[-1]
             numbers = [v.version for v in versions]
             if numbers != list(range(1, len(numbers) + 1)):
                 raise ValueError(
@@ -129,7 +136,10 @@ class SchemaRegistry:
         raise KeyError(f"no version {version} of schema {name!r}")
 
     def latest(self, name: str) -> SchemaVersion:
-        return self.versions(name)[-1]
+        try:
+            return self._latest[name]
+        except KeyError:
+            raise KeyError(f"no schema named {name!r} in {self.directory}") from None
 
     def by_fingerprint(self, fp: bytes) -> SchemaVersion | None:
         return self._by_fp.get(fp)
@@ -151,14 +161,48 @@ class SchemaRegistry:
                 raise AvroEncodeError(f"{name} v{sv.version}: {exc}") from None
             if not valid:
                 raise AvroEncodeError(f"{name} v{sv.version}: does not match the schema")
-        buf = io.BytesIO()
-        buf.write(MAGIC)
-        buf.write(sv.fingerprint)
+        write = self._writer(sv)
+        if write is None:
+            buf = io.BytesIO()
+            buf.write(MAGIC)
+            buf.write(sv.fingerprint)
+            try:
+                fastavro.schemaless_writer(buf, sv.parsed, record)
+            except Exception as exc:
+                raise AvroEncodeError(f"{name} v{sv.version}: {exc}") from None
+            return buf.getvalue()
+        out = bytearray(MAGIC)
+        out += sv.fingerprint
         try:
-            fastavro.schemaless_writer(buf, sv.parsed, record)
-        except Exception as exc:
-            raise AvroEncodeError(f"{name} v{sv.version}: {exc}") from None
-        return buf.getvalue()
+            write(out, record)
+        except Exception as exc:  # KeyError, TypeError, ValueError... of a bad record
+            raise AvroEncodeError(f"{name} v{sv.version}: {type(exc).__name__}: {exc}"
+                                  ) from None
+        return bytes(out)
+
+    def _writer(self, sv: SchemaVersion) -> Writer | None:
+        try:
+            return self._writers[sv.fingerprint]
+        except KeyError:
+            pass
+        try:
+            write: Writer | None = compile_writer(sv.parsed)
+        except Unsupported:
+            write = None
+        self._writers[sv.fingerprint] = write
+        return write
+
+    def _reader(self, sv: SchemaVersion) -> Reader | None:
+        try:
+            return self._readers[sv.fingerprint]
+        except KeyError:
+            pass
+        try:
+            read: Reader | None = compile_reader(sv.parsed)
+        except Unsupported:
+            read = None
+        self._readers[sv.fingerprint] = read
+        return read
 
     def decode(self, name: str, data: bytes) -> dict[str, Any]:
         """Read single-object-encoded bytes written with any version of `name`, as the newest."""
@@ -175,6 +219,16 @@ class SchemaRegistry:
         if writer.name != name:
             raise AvroDecodeError(
                 f"record was written as {writer.name} v{writer.version}, expected {name}")
+        read = self._reader(writer) if writer is reader else None
+        if read is not None:  # written with the newest version: no resolution needed
+            try:
+                fast, end = read(data, HEADER_LEN)
+            except Exception as exc:
+                raise AvroDecodeError(f"corrupt {name} v{writer.version} body: "
+                                      f"{type(exc).__name__}: {exc}") from None
+            if end != len(data):
+                raise AvroDecodeError(f"{len(data) - end} trailing bytes after a {name} record")
+            return fast
         buf = io.BytesIO(data[HEADER_LEN:])
         try:
             record = fastavro.schemaless_reader(buf, writer.parsed, reader.parsed)
