@@ -56,8 +56,10 @@ def records_of(schema: Any, named: dict[str, Any] | None = None) -> st.SearchStr
         named[schema["name"]] = schema
     simple = {
         "null": st.none(), "boolean": st.booleans(),
-        "int": st.integers(-(1 << 31), (1 << 31) - 1),
-        "long": st.one_of(st.integers(-70, 70), st.integers(-(1 << 63), (1 << 63) - 1)),
+        # Small values too: one and two bytes are written and read inline.
+        "int": st.one_of(st.integers(-9000, 9000), st.integers(-(1 << 31), (1 << 31) - 1)),
+        "long": st.one_of(st.integers(-70, 70), st.integers(-9000, 9000),
+                          st.integers(-(1 << 63), (1 << 63) - 1)),
         "float": st.floats(width=32, allow_nan=False),
         "double": st.floats(allow_nan=False),
         "bytes": st.binary(max_size=150), "string": st.text(max_size=80),

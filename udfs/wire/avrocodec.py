@@ -168,10 +168,16 @@ class _Compiler:
             lo, hi = (_INT_MIN, _INT_MAX) if kind == "int" else (_LONG_MIN, _LONG_MAX)
             v = src.var("n")
             src.add(depth, f"{v} = {value}")
-            # One byte for -64..63 (flags, depths, counts); the general case checks the
-            # range. A float or None raises either way (<< and < are not defined).
+            # Inline: one byte for -64..63 (flags, depths), two for -8192..8191 (statuses,
+            # durations, counts); the general case checks the range. A float or None
+            # raises either way (<< and < are not defined for them).
+            z = src.var("z")
             src.add(depth, f"if -64 <= {v} < 64:")
             src.add(depth + 1, f"out.append(({v} << 1) ^ ({v} >> 63))")
+            src.add(depth, f"elif -8192 <= {v} < 8192:")
+            src.add(depth + 1, f"{z} = ({v} << 1) ^ ({v} >> 63)")
+            src.add(depth + 1, f"out.append(({z} & 0x7F) | 0x80)")
+            src.add(depth + 1, f"out.append({z} >> 7)")
             src.add(depth, "else:")
             src.add(depth + 1, f"_write_varint(out, {v}, {lo}, {hi})")
         elif kind == "float":
@@ -246,13 +252,22 @@ class _Compiler:
 
     # -- reading -----------------------------------------------------------------------
     def read_long(self, src: _Source, target: str, depth: int) -> None:
+        """A zig-zag varint: one and two bytes (-8192..8191: statuses, durations,
+        counts) inline, longer ones by _read_varint (a call costs as much as a byte)."""
         b = src.var("c")
+        b2 = src.var("c")
         src.add(depth, f"{b} = data[pos]")
         src.add(depth, f"if {b} < 0x80:")
         src.add(depth + 1, "pos += 1")
         src.add(depth + 1, f"{target} = ({b} >> 1) ^ -({b} & 1)")
         src.add(depth, "else:")
-        src.add(depth + 1, f"{target}, pos = _read_varint(data, pos)")
+        src.add(depth + 1, f"{b2} = data[pos + 1]")
+        src.add(depth + 1, f"if {b2} < 0x80:")
+        src.add(depth + 2, "pos += 2")
+        src.add(depth + 2, f"{b} = ({b} & 0x7F) | ({b2} << 7)")
+        src.add(depth + 2, f"{target} = ({b} >> 1) ^ -({b} & 1)")
+        src.add(depth + 1, "else:")
+        src.add(depth + 2, f"{target}, pos = _read_varint(data, pos)")
 
     def read_size(self, src: _Source, target: str, depth: int) -> None:
         """A length (of a string, bytes) that must lie within the data."""
