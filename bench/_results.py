@@ -83,14 +83,43 @@ def cpu_seconds(pids: set[int]) -> float:
     return total
 
 
+_TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def jit_seconds(pids: set[int]) -> dict[tuple[int, int], float]:
+    """CPU seconds so far of the JVMs' JIT compiler threads (C1, C2) among these
+    processes, by (pid, thread id): Linux /proc; empty elsewhere."""
+    out: dict[tuple[int, int], float] = {}
+    for pid in pids:
+        try:
+            tids = os.listdir(f"/proc/{pid}/task")
+        except OSError:
+            continue
+        for tid in tids:
+            try:
+                with open(f"/proc/{pid}/task/{tid}/stat", encoding="latin-1") as f:
+                    stat = f.read()
+            except OSError:
+                continue
+            name = stat[stat.index("(") + 1:stat.rindex(")")]
+            if name.startswith(("C1 CompilerThre", "C2 CompilerThre")):
+                fields = stat[stat.rindex(")") + 2:].split()
+                out[(pid, int(tid))] = (int(fields[11]) + int(fields[12])) / _TICK
+    return out
+
+
 class CpuMeter:
     """Machine CPU of a set of process trees between start() and stop(): re-reads the
-    trees at each sample (workers come and go), keeping each process's last figure."""
+    trees at each sample (workers come and go), keeping each process's last figure.
+    Apart, the part of it the JVMs' JIT compilers took (a compiler thread that ends
+    between samples loses its last second: the figure is a lower bound)."""
 
     def __init__(self, roots: list[int]) -> None:
         self.roots = roots
         self.base: dict[int, float] = {}
         self.last: dict[int, float] = {}
+        self.jit_base: dict[tuple[int, int], float] = {}
+        self.jit_last: dict[tuple[int, int], float] = {}
 
     def _sample(self) -> dict[int, float]:
         return {pid: cpu_seconds({pid}) for pid in tree_pids(self.roots)}
@@ -98,13 +127,20 @@ class CpuMeter:
     def start(self) -> None:
         self.base = self._sample()
         self.last = dict(self.base)
+        self.jit_base = jit_seconds(set(self.base))
+        self.jit_last = dict(self.jit_base)
 
     def sample(self) -> None:
         self.last.update(self._sample())
+        self.jit_last.update(jit_seconds(set(self.last)))
 
     def seconds(self) -> float:
         self.sample()
         return sum(v - self.base.get(pid, 0.0) for pid, v in self.last.items())
+
+    def jit(self) -> float:
+        """Of seconds(): the JIT compiler threads' CPU seconds (as of the last sample)."""
+        return sum(v - self.jit_base.get(k, 0.0) for k, v in self.jit_last.items())
 
 
 def broker_pid() -> int | None:

@@ -141,7 +141,10 @@ PAGES = (90, 115)  # pages per site, a random count in this range
 
 def run_ours(sites: int, seconds: int, gap: float, workdir: Path, page_bytes: int,
              checkpoint_ms: int, extra: tuple[str, ...] = (), *, warmup: float = 0.0,
-             pages: tuple[int, int] = PAGES):
+             pages: tuple[int, int] = PAGES, jit: dict[str, float] | None = None):
+    """One crawl of a fresh synthetic web: ((pages, violations, by kind), seconds, CPU
+    seconds by part). `jit`, if given, receives each job's JIT compiler seconds (part
+    of its CPU seconds)."""
     web = SyntheticWeb(build_sites(sites, seed=11, pages=pages), page_bytes=page_bytes)
     web.start()
     base = load_config(env={})
@@ -169,6 +172,8 @@ def run_ours(sites: int, seconds: int, gap: float, workdir: Path, page_bytes: in
         t0, t1 = timed_window(web, seconds, list(meters.values()),
                               lambda: all(j.alive() for j in jobs), warmup)
         parts = {name: m.seconds() for name, m in meters.items()}
+        if jit is not None:
+            jit.update({j.name: meters[j.name].jit() for j in jobs})
     finally:
         for job in jobs:
             job.stop()
@@ -376,9 +381,10 @@ def main() -> None:
                                 args.checkpoint_ms, pages))]
     for sites in sizes:
         with tempfile.TemporaryDirectory() as tmp:
+            jit: dict[str, float] = {}
             (ours, ours_v, ours_kinds), ours_s, ours_parts = run_ours(
                 sites, args.seconds, args.gap, Path(tmp) / "ours", args.page_bytes,
-                args.checkpoint_ms, warmup=args.warmup, pages=pages)
+                args.checkpoint_ms, warmup=args.warmup, pages=pages, jit=jit)
             (theirs, theirs_v, theirs_kinds), theirs_s, theirs_cpu = run_scrapy(
                 sites, args.seconds, args.gap, Path(tmp), args.page_bytes,
                 warmup=args.warmup, pages=pages)
@@ -397,6 +403,8 @@ def main() -> None:
              f"{ours_ms:.1f} ({ours_cpu:.0f} CPU s)"),
             (f"{sites} sites: this crawler CPU ms per page by part",
              per_page(ours_parts, ours)),
+            (f"{sites} sites: of which the jobs' JIT compilers (C1, C2)",
+             f"{1000 * sum(jit.values()) / max(ours, 1):.1f} ({per_page(jit, ours)})"),
             (f"{sites} sites: Scrapy CPU ms per page", f"{theirs_ms:.1f} ({theirs_cpu:.0f} CPU s)"),
             (f"{sites} sites: politeness violations, this crawler", f"{ours_v} {ours_kinds}"),
             (f"{sites} sites: politeness violations, Scrapy", f"{theirs_v} {theirs_kinds}"),
