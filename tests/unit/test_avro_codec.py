@@ -204,7 +204,13 @@ def test_unsupported_schemas_keep_fastavro():
         {"name": "v", "type": ["null", "long", "string"]}]}, named_schemas={})
     recursive = parse_schema({"type": "record", "name": "Node", "fields": [
         {"name": "next", "type": ["null", "Node"]}]}, named_schemas={})
-    for schema in (multi, recursive):
+    # Arrays in arrays past Python's limit of nested blocks in one function.
+    deep: Any = "long"
+    for _ in range(30):
+        deep = {"type": "array", "items": deep}
+    deep = parse_schema({"type": "record", "name": "Deep", "fields": [
+        {"name": "v", "type": deep}]}, named_schemas={})
+    for schema in (multi, recursive, deep):
         with pytest.raises(Unsupported):
             compile_writer(schema)
         with pytest.raises(Unsupported):

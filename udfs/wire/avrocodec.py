@@ -403,7 +403,11 @@ def _build(src: _Source, header: str, footer: str, name: str) -> Any:
                              "_union_index": _union_index,
                              "_PACK_F": _PACK_F, "_PACK_D": _PACK_D,
                              "_CorruptBody": CorruptBody, **src.consts}
-    exec(compile(text, f"<avro {name}>", "exec"), scope)  # noqa: S102 - our own source
+    try:
+        code = compile(text, f"<avro {name}>", "exec")
+    except (SyntaxError, RecursionError, MemoryError) as exc:  # nested past Python's limits
+        raise Unsupported(f"{name}: too deeply nested to compile ({exc})") from None
+    exec(code, scope)  # noqa: S102 - our own source
     return scope["fn"]
 
 
