@@ -14,11 +14,11 @@ import hashlib
 import io
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import fastavro
 from fastavro.schema import fingerprint as _fingerprint
@@ -181,28 +181,14 @@ class SchemaRegistry:
         return bytes(out)
 
     def _writer(self, sv: SchemaVersion) -> Writer | None:
-        try:
-            return self._writers[sv.fingerprint]
-        except KeyError:
-            pass
-        try:
-            write: Writer | None = compile_writer(sv.parsed)
-        except Unsupported:
-            write = None
-        self._writers[sv.fingerprint] = write
-        return write
+        if sv.fingerprint not in self._writers:
+            self._writers[sv.fingerprint] = _compiled(compile_writer, sv)
+        return self._writers[sv.fingerprint]
 
     def _reader(self, sv: SchemaVersion) -> Reader | None:
-        try:
-            return self._readers[sv.fingerprint]
-        except KeyError:
-            pass
-        try:
-            read: Reader | None = compile_reader(sv.parsed)
-        except Unsupported:
-            read = None
-        self._readers[sv.fingerprint] = read
-        return read
+        if sv.fingerprint not in self._readers:
+            self._readers[sv.fingerprint] = _compiled(compile_reader, sv)
+        return self._readers[sv.fingerprint]
 
     def decode(self, name: str, data: bytes) -> dict[str, Any]:
         """Read single-object-encoded bytes written with any version of `name`, as the newest."""
@@ -241,6 +227,17 @@ class SchemaRegistry:
             raise AvroDecodeError(
                 f"{len(data) - HEADER_LEN - buf.tell()} trailing bytes after a {name} record")
         return record
+
+
+C = TypeVar("C")
+
+
+def _compiled(make: Callable[[Any], C], sv: SchemaVersion) -> C | None:
+    """A schema's compiled writer or reader; None where avrocodec does not compile it."""
+    try:
+        return make(sv.parsed)
+    except Unsupported:
+        return None
 
 
 @lru_cache(maxsize=1)
