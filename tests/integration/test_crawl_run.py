@@ -54,7 +54,7 @@ def test_ip_literal_seeds_never_reach_loopback_and_every_config_source_reaches_b
         crawl = Path(sys.executable).with_name("crawl")
         proc = subprocess.run(
             [str(crawl), "--config", str(cli_file), "run", "--seeds", str(seeds),
-             "--duration", "60", "--set", "frontier.clock_idle_ms=1500"],
+             "--duration", "120", "--set", "frontier.clock_idle_ms=1500"],
             env=env, capture_output=True, text=True, timeout=240)
         connections = wire.connections
     out = proc.stdout

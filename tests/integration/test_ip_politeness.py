@@ -23,7 +23,7 @@ IP_GAP_S = 0.25
 
 def test_host_names_on_one_address_share_its_allowance(cfg):
     proc = subprocess.run(
-        [CRAWL, "run", "--sites", "6", "--max-pages", "100000", "--duration", "60",
+        [CRAWL, "run", "--sites", "6", "--max-pages", "100000", "--duration", "120",
          "--set", f"fetch.ip_min_gap_s={IP_GAP_S}", "--set", "fetch.ip_max_in_flight=1",
          "--set", f"metrics.frontier_port={free_port()}",
          "--set", f"metrics.fetcher_port={free_port()}"],
