@@ -67,14 +67,24 @@ def checkpoints(root: Path) -> list[Path]:
     return sorted(done, key=lambda p: int(p.name.split("-")[1]))
 
 
-def wait_for(predicate, timeout_s: float, jobs: list[JobProcess], what: str) -> None:
+def wait_for(predicate, timeout_s: float, jobs: list[JobProcess], what: str,
+             detail=lambda: "") -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if predicate():
             return
         assert all(j.alive() for j in jobs), [j.log_path.read_text()[-3000:] for j in jobs]
         time.sleep(1)
-    raise AssertionError(f"timed out waiting for {what}")
+    raise AssertionError(f"timed out waiting for {what}{detail()}")
+
+
+def missing_detail(expected: set[str], watcher: Watcher) -> str:
+    """The pages not indexed yet, with the leases the topic holds for them: what a timeout
+    needs to say whether a page was never leased, leased and lost, or leased again."""
+    missing = sorted(expected - watcher.progress.urls)
+    leased = {u: [(r["url_version"], r["attempt"], r["kind"], r["lease_id"][-20:])
+                  for r in watcher.leases if r["url"] == u] for u in missing[:20]}
+    return f"; {len(missing)} not indexed, first ones with their leases: {leased}"
 
 
 @pytest.mark.timeout(900)
@@ -109,7 +119,7 @@ def test_duplicated_records_and_restores_from_older_checkpoints_keep_politeness(
             job.start()
         duplicator = Duplicator(cfg, [topic["leases"], topic["completions"]])
         publish_seeds(run_cfg, [hk + "/" for hk in sites])
-        watcher = Watcher(run_cfg)
+        watcher = Watcher(run_cfg, keep_leases=True)
         live = list(jobs.values())
         wait_for(lambda: len(watcher.poll().urls) >= len(expected) // 4 and
                  len(checkpoints(ck["frontier"])) >= 1, 300, live, "a quarter of the pages")
@@ -133,7 +143,8 @@ def test_duplicated_records_and_restores_from_older_checkpoints_keep_politeness(
             from_checkpoint=str(checkpoints(ck["fetcher"])[-1]))
         jobs["fetcher"].start()
         live = list(jobs.values())
-        wait_for(lambda: expected <= watcher.poll().urls, 420, live, "every page")
+        wait_for(lambda: expected <= watcher.poll().urls, 420, live, "every page",
+                 lambda: missing_detail(expected, watcher))
     finally:
         if duplicator:
             duplicator.stop()

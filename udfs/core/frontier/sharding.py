@@ -18,7 +18,8 @@ from udfs.core.shards import Transfer, shard_of
 class ShardLink:
     """What one host's owner knows of its shards."""
 
-    __slots__ = ("host_key", "cfg", "_count", "sharded", "pull_out", "unleased", "outbox")
+    __slots__ = ("host_key", "cfg", "_count", "sharded", "pull_out", "put_since_pull",
+                 "unleased", "outbox")
 
     def __init__(self, host_key: str, cfg: FrontierConfig,
                  count: Callable[[str], None]) -> None:
@@ -27,6 +28,9 @@ class ShardLink:
         self._count = count
         self.sharded: dict[int, int] = {}  # shard → URLs it holds, by the owner's count
         self.pull_out: list[float] | None = None  # [shard, sent at]
+        # shard → URLs sent to it since this owner last asked it for some: the answer
+        # counts only what came before the question (the topic keeps the order).
+        self.put_since_pull: dict[int, int] = {}
         self.unleased = 0  # of this owner's URLs, those never leased (while it has shards)
         self.outbox: list[Transfer] = []
 
@@ -43,6 +47,8 @@ class ShardLink:
             self.outbox.append(put)
         put.urls.append((u.url, url_to_saved(u)))
         self.sharded[n] = self.sharded.get(n, 0) + 1
+        if n in self.put_since_pull:
+            self.put_since_pull[n] += 1
         self._count("urls_sharded")
 
     def maybe_pull(self, now: float, due: Callable[[], float | None],
@@ -63,13 +69,23 @@ class ShardLink:
             return
         n = max(sorted(self.sharded), key=lambda k: self.sharded[k])
         self.pull_out = [n, now]
+        self.put_since_pull[n] = 0
         self.outbox.append(Transfer("PULL", self.host_key, n, want=self.cfg.shard_refill_urls))
         self._count("shard_pulls")
 
     def answered(self, t: Transfer) -> None:
-        """A shard's answer came: what it still holds; its pull is no longer out."""
-        if t.remaining:
-            self.sharded[t.shard] = t.remaining
+        """A shard's answer came: what it still holds; its pull is no longer out.
+
+        The shard answered with what it held when it read the pull; the URLs put to it
+        after that pull was sent reach it later, so they are added to its count. Taking
+        the answer alone dropped a shard that said 0 while such a URL was on its way, and
+        that URL was never pulled. Miscounts left can only make a pull come early: a URL
+        counted twice (added to a PUT still in the outbox when the pull was sent), or a
+        late answer to a pull asked again after its timeout (too low, until the newer
+        question's answer, which comes after it, sets the count again)."""
+        held = t.remaining + self.put_since_pull.get(t.shard, 0)
+        if held:
+            self.sharded[t.shard] = held
         else:
             self.sharded.pop(t.shard, None)
         if self.pull_out is not None and int(self.pull_out[0]) == t.shard:

@@ -80,6 +80,7 @@ def host_state(h: HostParts) -> dict[str, Any]:
         "templates": h.door.templates.saved(),
         "lease_seq": h.leases.seq, "rng": pacer.rng.state, "stats": dict(h.stats),
         "sharded": dict(shards.sharded), "pull_out": shards.pull_out,
+        "put_since_pull": dict(shards.put_since_pull),
         "unleased": shards.unleased,
         "big": h.window.big, "cold_index": h.window.index(),
     }
@@ -125,6 +126,7 @@ def restore(h: HostParts, snap: dict[str, Any]) -> None:
     h.window.big, h.window.saved_index = snap.get("big", False), snap.get("cold_index")
     shards.sharded = {int(k): v for k, v in snap["sharded"].items()}
     shards.pull_out = None if snap["pull_out"] is None else list(snap["pull_out"])
+    shards.put_since_pull = {int(k): v for k, v in snap["put_since_pull"].items()}
     shards.unleased = snap["unleased"]
     gate.reparse()
     pacer.crawl_delay = gate.crawl_delay()
