@@ -24,7 +24,7 @@ from udfs.core.frontier import (
     url_from_saved,
 )
 from udfs.core.recrawl import Dup
-from udfs.core.shards import ShardQueue, shard_key, shard_trap_policy
+from udfs.core.shards import ShardQueue, Transfer, shard_key, shard_trap_policy
 from udfs.core.traps import DailyBudget, TrapPolicy
 from udfs.core.urls import split_host_key
 
@@ -55,17 +55,24 @@ class LocalShards:
                                               count=self._count)
         return q
 
+    def receive(self, t: Transfer, now: float) -> Transfer | None:
+        """A shard takes one transfer from its owner; a pull's answer is returned."""
+        self.delivered += 1
+        q = self.shard(t.host_key, t.shard)
+        if t.kind == "PUT":
+            q.put(t.urls, lambda s: url_from_saved(s).next_fetch_at, now)
+        elif t.kind == "PULL":
+            return q.pull(t.want)
+        return None
+
     def deliver(self, h: HostFrontier, now: float) -> None:
         """Carry host `h`'s outbox until nothing is left to send (pulls answered)."""
         while h.shards.outbox:
             out, h.shards.outbox = h.shards.outbox, []
             for t in out:
-                self.delivered += 1
-                q = self.shard(t.host_key, t.shard)
-                if t.kind == "PUT":
-                    q.put(t.urls, lambda s: url_from_saved(s).next_fetch_at, now)
-                elif t.kind == "PULL":
-                    h.take_refill(q.pull(t.want), now)
+                answer = self.receive(t, now)
+                if answer is not None:
+                    h.take_refill(answer, now)
 
     def total(self) -> int:
         return sum(len(q) for q in self.shards.values())
