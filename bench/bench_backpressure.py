@@ -136,6 +136,8 @@ def crawl(name: str, sites: int, hostile: bool, stall: float, seconds: int) -> d
             if not all(job.alive() for job in jobs.values()):
                 raise SystemExit(f"a job died; see {work}")
             for msg in completions:
+                if REG.writer_name(msg.value) != "completion":
+                    continue  # a page's URLs, sent before its completion
                 rec = REG.decode("completion", msg.value)
                 if first_completion is None and rec["outcome"] != "NOT_SENT":
                     first_completion = time.monotonic() - started

@@ -235,8 +235,10 @@ class Watcher:
     def poll(self) -> Progress:
         p = self.progress
         for m in self.consumer:
-            rec = self.reg.decode(self.topics[m.topic], m.value)
             schema = self.topics[m.topic]
+            if schema == "completion" and DISCOVERED.wrote(self.reg, m.value):
+                continue  # a page's URLs, sent before its completion on that topic
+            rec = self.reg.decode(schema, m.value)
             if schema == "index_event":
                 p.pages += 1
                 p.urls.add(rec["url"])

@@ -1,4 +1,5 @@
-"""The fetcher job: leases in; completions, discovered URLs and dead letters out.
+"""The fetcher job: leases in; completions (each after the URLs its page gave, on the
+same topic) and dead letters out.
 Process mode (Python async I/O runs only there).
 
     python -m jobs.fetcher [--config FILE] [--set KEY=VALUE ...]
@@ -58,8 +59,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     # At-least-once: a completion or a discovered URL counts when it arrives, not when
     # this job's checkpoint commits (both are idempotent at the frontier: completions by
     # (url_id, url_version), discoveries by URL), so a host's pace is not the checkpoint's.
-    # Each row goes to its topic by its dest, chosen in the JVM.
-    for dest, topic in (("C", "completions"), ("D", "discovered"), ("X", "deadletter")):
+    # A page's URLs and then its completion share a key and this one sink (the fetch
+    # task's own producer, idempotent): whoever reads the completion has read the URLs
+    # (udfs/fetcher/operator.py). Each row goes to its topic by its dest, chosen in the JVM.
+    for dest, topic in (("C", "completions"), ("X", "deadletter")):
         kafka.sink(results, cfg.topic(topic), exactly_once=False, dest=dest)
     kafka.attach()
     env.execute("crawl fetcher")

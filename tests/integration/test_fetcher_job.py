@@ -3,6 +3,9 @@
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 import time
 
 from kafka import KafkaConsumer, KafkaProducer
@@ -39,13 +42,17 @@ def fetcher_overrides(web, tmp_path, topics: tuple[str, str, str, str], port: in
 
 
 def _read(cfg, topic, schema, until, timeout_s=120.0):
+    """(key, record) of the records of `topic` written with `schema` (every record, as
+    bytes, if None), in topic order, once `until` holds for them. The completions topic
+    also holds the URLs pages gave."""
     consumer = KafkaConsumer(topic, bootstrap_servers=cfg["kafka.bootstrap_servers"],
                              auto_offset_reset="earliest", enable_auto_commit=False,
                              isolation_level="read_committed", consumer_timeout_ms=500)
     seen: list = []
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        seen.extend((m.key, REG.decode(schema, m.value)) for m in consumer)
+        seen.extend((m.key, m.value if schema is None else REG.decode(schema, m.value))
+                    for m in consumer if schema is None or REG.writer_name(m.value) == schema)
         if until(seen):
             consumer.close()
             return seen
@@ -85,10 +92,15 @@ def test_fetcher_job_fetches_stores_and_reports(cfg, fresh_topics, tmp_path):
         key, page = by_lease["L2"]
         assert key == hk.encode() and page["outcome"] == "OK" and page["links_count"] > 0
         assert (tmp_path / "objects" / page["object_key"]).exists()
-        found = _read(cfg, disc, "discovered", lambda s: len(s) >= 1)
-        assert all(rec["source"] == "LINK" and key == rec["host_key"].encode()
-                   for key, rec in found)
+        # The page's URLs: on the completions topic, under the page's key, before its
+        # completion (one partition, so in the order they were sent).
+        found = _read(cfg, comps, "discovered", lambda s: len(s) >= 1)
+        assert all(rec["source"] == "LINK" and key == hk.encode() for key, rec in found)
         assert any(rec["host_key"] == hk for _, rec in found)
+        order = [(REG.writer_name(v), REG.decode(REG.writer_name(v), v))
+                 for _, v in _read(cfg, comps, None, lambda s: len(s) >= 3 + len(found))]
+        assert [name for name, rec in order if name == "discovered" or
+                rec["lease_id"] == "L2"][-1] == "completion", order
         letters = _read(cfg, dlq, "dead_letter", lambda s: len(s) >= 1)
         assert letters[0][1]["stage"] == "fetcher.decode"
         # Only loopback was contacted, and only for the two live leases.
@@ -113,3 +125,48 @@ def test_fetcher_job_fetches_stores_and_reports(cfg, fresh_topics, tmp_path):
     finally:
         job.stop()
         web.stop()
+
+
+# jobs/fetcher.py's graph as Flink plans it, printed instead of run.
+_PLAN = """
+import sys
+from pyflink.datastream import StreamExecutionEnvironment
+import jobs.fetcher
+
+def plan(env, name=None):
+    print("PLAN " + env.get_execution_plan().replace("\\n", " "), flush=True)
+
+StreamExecutionEnvironment.execute = plan
+jobs.fetcher.main(sys.argv[1:])
+"""
+
+
+def test_a_pages_urls_and_its_completion_leave_through_the_fetch_tasks_own_producer():
+    """The order of a page's URLs before its completion holds through a crash only if
+    both leave through one Kafka producer: the fetch subtask's own completions sink,
+    every edge between them FORWARD at one parallelism (no rebalance that could send
+    them to two sink subtasks), at a parallelism above 1 too."""
+    done = subprocess.run([sys.executable, "-c", _PLAN, "--set", "flink.parallelism=3"],
+                          capture_output=True, text=True, timeout=300)
+    lines = [ln for ln in done.stdout.splitlines() if ln.startswith("PLAN ")]
+    assert done.returncode == 0 and lines, done.stdout[-2000:] + done.stderr[-3000:]
+    nodes = {n["id"]: n for n in json.loads(lines[0][5:])["nodes"]}
+    (fetch,) = [n for n in nodes.values() if n["contents"] == "fetch, store, parse"]
+
+    def path_to_fetch(node: dict) -> list[tuple[dict, str]] | None:
+        """The (node, ship strategy into it) edges from the fetch operator to `node`."""
+        for pred in node.get("predecessors", []):
+            before = nodes[pred["id"]]
+            if before is fetch:
+                return [(node, pred["ship_strategy"])]
+            rest = path_to_fetch(before)
+            if rest is not None:
+                return [*rest, (node, pred["ship_strategy"])]
+        return None
+
+    writers = [n for n in nodes.values() if n["contents"].endswith(": Writer")]
+    paths = {w["id"]: path_to_fetch(w) for w in writers}
+    (completions,) = [p for p in paths.values()
+                      if p and any("(dest = 'C')" in n["contents"] for n, _ in p)]
+    assert [s for _, s in completions] == ["FORWARD"] * len(completions), completions
+    assert {n["parallelism"] for n, _ in completions} == {fetch["parallelism"]} == {3}

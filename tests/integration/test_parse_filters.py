@@ -70,7 +70,7 @@ def test_user_parse_filters_in_the_fetcher_job(cfg, fresh_topics, tmp_path, monk
         got = _read(cfg, comps, "completion", lambda s: len(s) >= 2)
         by_lease = {rec["lease_id"]: rec for _, rec in got}
         assert by_lease["A"]["outcome"] == by_lease["B"]["outcome"] == "OK"
-        found = _read(cfg, disc, "discovered", lambda s: {rec["parent_url"] for _, rec in s}
+        found = _read(cfg, comps, "discovered", lambda s: {rec["parent_url"] for _, rec in s}
                       == {home, fragile})
         links: dict[str, list[str]] = {}
         for _, rec in found:

@@ -29,6 +29,7 @@ from udfs.core.audit import (
 )
 from udfs.storage.bodies import LocalStore
 from udfs.wire.avro import load_examples, registry
+from udfs.wire.records import COMPLETIONS, DISCOVERED, links_record, plain_link
 
 REG = registry()
 EXAMPLES = load_examples(REG.latest("completion"))
@@ -194,13 +195,18 @@ class Task:
         return S()
 
     def get_metrics_group(self):
+        counts = self.counts = {}
+
         class C:
+            def __init__(self, name):
+                self.name = name
+
             def inc(self, n=1):
-                pass
+                counts[self.name] = counts.get(self.name, 0) + n
 
         class G:
             def counter(self, name):
-                return C()
+                return C(name)
         return G()
 
     # context and timer service
@@ -231,13 +237,21 @@ class Task:
 
 
 def kafka_log(n: int, partitions: int = 2) -> list[Row]:
-    """n completions across partitions, a few fetched just before midnight, some
-    unreadable, one delivered twice."""
+    """n records across partitions: completions, a few fetched just before midnight,
+    some unreadable, one delivered twice; and pages' URLs, which the fetcher sends on
+    the completions topic before their completion (not fetches: never audited)."""
     rows, offsets = [], [0] * partitions
     for i in range(n):
         p = i % partitions
-        value = b"garbage" if i % 17 == 5 else REG.encode("completion", completion(
-            f"https://example.com/{i % 7}", D1 - 30_000 + i * 700, lease_id=f"L-{i}"))
+        if i % 17 == 5:
+            value = b"garbage"
+        elif i % 13 == 4:
+            value = REG.encode("discovered", links_record(
+                "example.com", "LINK", f"https://example.com/{i % 7}", 1, D1,
+                [plain_link("https://example.com/x")]))
+        else:
+            value = REG.encode("completion", completion(
+                f"https://example.com/{i % 7}", D1 - 30_000 + i * 700, lease_id=f"L-{i}"))
         rows.append(Row(b"k", value, "crawl.completions", p, offsets[p]))
         offsets[p] += 1 + (i % 3 == 0)  # transaction markers leave gaps
     rows.append(Row(b"k", rows[10][1], "crawl.completions", rows[10][3], offsets[rows[10][3]]))
@@ -256,7 +270,7 @@ def test_no_crash_or_restore_loses_or_doubles_an_entry(tmp_path, seed):
     cfg = [f"audit.flush_records={rnd.choice([1, 3, 10, 1000])}",
            f"audit.flush_s={rnd.choice([0.5, 2.0, 60.0])}"]
     log = kafka_log(120)
-    readable = [r for r in log if r[1] != b"garbage"]
+    readable = [r for r in log if COMPLETIONS.wrote(REG, r[1])]
     task = Task(cfg, tmp_path)
     checkpoints = [(0, task.checkpoint())]
     pos, crashes = 0, 0
@@ -283,9 +297,23 @@ def test_no_crash_or_restore_loses_or_doubles_an_entry(tmp_path, seed):
     assert len(fetches(got)) == len(readable) - 1
 
 
+def test_pages_urls_on_the_completions_topic_are_passed_over(tmp_path):
+    """The URLs the fetcher sends before a completion are neither audited nor counted
+    as unreadable completions (only the garbage is)."""
+    task = Task(["audit.flush_records=1000", "audit.flush_s=5"], tmp_path)
+    log = kafka_log(60, partitions=1)
+    assert any(DISCOVERED.wrote(REG, r[1]) for r in log)
+    for row in log:
+        task.read(row)
+    task.advance(10_000)
+    assert task.counts.get("audit_unreadable_completions", 0) == \
+        sum(1 for r in log if r[1] == b"garbage")
+    assert len(trail(tmp_path)) == sum(1 for r in log if COMPLETIONS.wrote(REG, r[1]))
+
+
 def test_the_buffer_waits_in_state_until_it_is_full_or_due(tmp_path):
     task = Task(["audit.flush_records=3", "audit.flush_s=5"], tmp_path)
-    log = [r for r in kafka_log(12, partitions=1) if r[1] != b"garbage"]
+    log = [r for r in kafka_log(12, partitions=1) if COMPLETIONS.wrote(REG, r[1])]
     task.read(log[0])
     task.read(log[1])
     assert trail(tmp_path) == [] and len(task.state["map"]["crawl.completions#0"]) == 2

@@ -50,6 +50,7 @@ from aiohttp import web
 
 from udfs.config import TOPIC_KEYS, Config, load_config, load_defaults
 from udfs.core.urls import split_host_key
+from udfs.wire.records import DISCOVERED
 
 # Import-time noise of third-party packages: PyFlink's table package about its own
 # deprecated methods, httplib2 (under PyFlink's Beam runner) about pyparsing's.
@@ -618,11 +619,13 @@ class FrontierJob:
     # inputs
 
     def discover(self, urls: list[str], source: str = "SEED", depth: int = 0,
-                 priority: float | None = None, hops: int = 0) -> None:
+                 priority: float | None = None, hops: int = 0,
+                 stream: str = "discovered") -> None:
+        """A DiscoveredUrls record on `stream` (the fetcher sends a page's on completions)."""
         record = {"host_key": None, "source": source, "parent_url": None, "depth": depth,
                   "redirect_hops": hops, "discovered_at_ms": int(self.now * 1000),
                   "links": [{"url": u, "lastmod_ms": None, "priority": priority} for u in urls]}
-        self._send("discovered", b"k", self.reg.encode("discovered", record))
+        self._send(stream, b"k", self.reg.encode("discovered", record))
 
     def _send(self, stream: str, key: bytes, value: bytes) -> None:
         from pyflink.common import Row
@@ -745,6 +748,7 @@ class Fetched:
     body_bytes: int | None
     dests: tuple[str, ...]
     links: tuple[str, ...]
+    keys: tuple[bytes, ...] = ()  # each row's Kafka key, beside dests
 
 
 class FetcherJob:
@@ -793,13 +797,19 @@ class FetcherJob:
             await asyncio.sleep(0.005)
         self.fn.engine.check()
         rows = [*rows, *self.fn.engine.drain()]
-        dests = tuple(r[0] for r in rows)
-        comps = [self.reg.decode("completion", bytes(r[2])) for r in rows if r[0] == "C"]
-        found = [self.reg.decode("discovered", bytes(r[2])) for r in rows if r[0] == "D"]
+        # Each row's kind: "C" a completion, "D" the URLs a page gave (on the completions
+        # topic too, just before their completion and with its key), "X" a dead letter.
+        dests = tuple("D" if r[0] == "C" and DISCOVERED.wrote(self.reg, bytes(r[2])) else r[0]
+                      for r in rows)
+        comps = [self.reg.decode("completion", bytes(r[2]))
+                 for r, kind in zip(rows, dests, strict=True) if kind == "C"]
+        found = [self.reg.decode("discovered", bytes(r[2]))
+                 for r, kind in zip(rows, dests, strict=True) if kind == "D"]
         c = comps[0] if comps else {"outcome": "(no completion)", "http_status": None,
                                     "body_bytes": None}
         links = tuple(sorted(link["url"] for d in found for link in d["links"]))
-        return Fetched(c["outcome"], c["http_status"], c["body_bytes"], dests, links)
+        return Fetched(c["outcome"], c["http_status"], c["body_bytes"], dests, links,
+                       tuple(bytes(r[1]) for r in rows))
 
     async def close(self) -> None:
         self.fn.close()
@@ -2379,6 +2389,31 @@ def test_the_fetchers_gap_counts_the_servers_time_not_our_parsing(world):
     assert time.monotonic() - start >= 0.4  # the stall happened
     slot = job.fn.turns.queues.slots[split_host_key(url)[0]]
     assert slot.last_duration < 0.3, slot
+
+
+def test_a_pages_urls_go_before_its_completion_under_its_key(world):
+    """A completion the frontier reads never comes without the URLs its page gave: the
+    fetcher sends them first, to the completions topic, under the fetched host's key
+    (one partition, one producer: its order holds through a crash). On a topic of their
+    own they could be lost to a kill -9 after the completion was sent, for the restored
+    fetcher does not send a lease again. A sitemap's entries of another host too."""
+    cfg = load_config(env={}, overrides=list(LOOPBACK_NETS))
+    host = split_host_key(world.url("/page"))[0].encode()
+    for url, kind in ((world.url("/page"), "PAGE"), (world.url("/sitemap/0"), "SITEMAP")):
+        fetched = fetch_once(cfg, world, url, kind=kind)
+        assert fetched.outcome == "OK" and fetched.links, (url, fetched)
+        assert fetched.dests[-1] == "C" and set(fetched.dests[:-1]) == {"D"}, fetched
+        assert set(fetched.keys) == {host}, fetched
+
+
+def test_the_frontier_takes_a_pages_urls_from_the_completions_topic(world):
+    """The URLs the fetcher sends before a completion, on the completions topic, are
+    queued as if read from the discovered topic (told apart by their schema), and no
+    dead letter is written for them."""
+    cfg = load_config(env={}, overrides=list(LOOPBACK_NETS))
+    job = crawl(cfg, world, [seeds("/a", source="LINK", stream="completions"),
+                             seeds("/b", source="LINK")], 10)
+    assert job.leased() == [H + "/a", H + "/b"] and job.dead == []
 
 
 if __name__ == "__main__":  # pragma: no cover

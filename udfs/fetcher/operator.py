@@ -1,8 +1,13 @@
 """Flink shell of the fetcher: an AsyncFunction around `process_lease` (process mode).
 
-Each lease becomes zero or more Row(dest, key, value): dest "C" a completion
-(key host_key), "D" a discovered-URLs record (key its target host_key), "X" a
-dead letter. The aiohttp session is made on the first call, inside the
+Each lease becomes zero or more Row(dest, key, value): dest "C" for the completions
+topic, "X" a dead letter. A fetched lease's "C" rows are the discovered-URLs records
+of what it found (its links, a sitemap's entries) and then its completion, all keyed
+by the lease's host_key: one partition, in that order, through one producer, so a
+completion the frontier reads never comes without the URLs found with it. (On
+their own topic the URLs could be lost to a kill -9 after the completion was sent:
+the restored fetcher does not send that lease again, and the frontier has marked
+it done.) The aiohttp session is made on the first call, inside the
 operator's event loop.
 
 The function hands each lease to the fetch engine (`udfs.fetcher.engine`: its own thread
@@ -42,7 +47,7 @@ from udfs.fetcher.faults import fault_injector
 from udfs.fetcher.turns import Turns
 from udfs.wire.avro import AvroDecodeError, registry
 from udfs.wire.deadletter import dead_letter
-from udfs.wire.records import COMPLETIONS, DISCOVERED, LEASES, Completion, LeaseRecord, host_of
+from udfs.wire.records import COMPLETIONS, DISCOVERED, LEASES, Completion, LeaseRecord
 
 FETCH_OUTPUT = Types.ROW_NAMED(["dest", "key", "value"], [
     Types.STRING(), Types.PRIMITIVE_ARRAY(Types.BYTE()), Types.PRIMITIVE_ARRAY(Types.BYTE())])
@@ -285,11 +290,16 @@ class FetchFunction(AsyncFunction):
             await self.turns.release(timing, started, completion)
             if address is not None:
                 await self.turns.release_address(address)
-        host = lease["host_key"]
+        host = lease["host_key"].encode()
         self.metrics.count(completion)
+        # What the page gave first, then its completion (the module's docstring): the
+        # frontier reads both from the completions topic.
+        out = [Row("C", host, DISCOVERED.encode(self.reg, d)) for d in discovered]
         # Written as completion v3 (the WARC record's location, PARSE_TIMEOUT): the frontier
         # is upgraded first (README, "Upgrading across completion v3").
-        out = [Row("C", host.encode(), COMPLETIONS.encode(self.reg, completion))]
+        if self.faults is not None and self.faults.drops_completion(lease["url"]):
+            return out  # a recovery test's fault: the completion alone is lost
+        out.append(Row("C", host, COMPLETIONS.encode(self.reg, completion)))
         if completion["outcome"] in ("PARSE_TIMEOUT", "PARSE_ERROR"):
             # A page the parser could not finish: recorded and skipped, its URL and reason
             # in a dead letter (the body is in storage).
@@ -302,10 +312,6 @@ class FetchFunction(AsyncFunction):
             out.append(self._page_dead(lease, raw, "fetcher.parse_filter",
                                        f"parse filter {name} raised {error}",
                                        "ParseFilterError"))
-        if self.faults is not None and self.faults.drops_completion(lease["url"]):
-            out = []
-        out += [Row("D", host_of(d).encode(), DISCOVERED.encode(self.reg, d))
-                for d in discovered]
         return out
 
     def timeout(self, value):

@@ -28,6 +28,8 @@ Why no audit entry is lost or counted twice:
 * A completion delivered twice by the fetcher (at-least-once) is two Kafka records:
   both are kept (the trail records what was delivered), and `crawl audit` shows them
   as one fetch with a delivery count (`udfs.core.audit.fetches`).
+* The URLs a page gave, which share the completions topic (before the page's
+  completion), are not fetches: they are passed over, by their schema.
 * An unreadable record is not audited here: the frontier's intake sends it whole to
   the dead-letter topic, which is never dropped.
 
@@ -58,7 +60,7 @@ from udfs.config import Config
 from udfs.core.audit import audit_objects, audit_record
 from udfs.flink.runtime import KafkaIO
 from udfs.wire.avro import AvroDecodeError, registry
-from udfs.wire.records import COMPLETIONS
+from udfs.wire.records import COMPLETIONS, DISCOVERED
 
 log = logging.getLogger(__name__)
 
@@ -96,8 +98,11 @@ class AuditWriter(KeyedCoProcessFunction):
 
     # No output: each returns None, which Flink reads as no records.
     def process_element1(self, row, ctx) -> None:
+        data = bytes(row[1])
+        if DISCOVERED.wrote(self.reg, data):
+            return  # a page's URLs, which the fetcher sends before its completion
         try:
-            completion = COMPLETIONS.decode(self.reg, bytes(row[1]))
+            completion = COMPLETIONS.decode(self.reg, data)
         except AvroDecodeError:
             self.unreadable.inc()  # the intake dead-letters it, whole
             return

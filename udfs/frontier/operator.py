@@ -157,7 +157,11 @@ class Intake(ProcessFunction):
         topic = row[2]
         data = bytes(row[1])
         try:
-            if topic == self.discovered_topic:
+            # The completions topic also holds the URLs a page gave, just before its
+            # completion (udfs/fetcher/operator.py): told apart by the writer's schema.
+            if topic == self.discovered_topic or (
+                    topic == self.completions_topic and
+                    records.DISCOVERED.wrote(self.reg, data)):
                 discovered = records.DISCOVERED.decode(self.reg, data)
             elif topic == self.index_topic:  # the index's duplicate checks, to the URL's owner
                 event = records.INDEX.decode(self.reg, data)

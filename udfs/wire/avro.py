@@ -144,6 +144,14 @@ class SchemaRegistry:
     def by_fingerprint(self, fp: bytes) -> SchemaVersion | None:
         return self._by_fp.get(fp)
 
+    def writer_name(self, data: bytes) -> str | None:
+        """The name of the schema `data` was written with, read from its header alone
+        (None if it is not single-object encoding of a known schema)."""
+        if len(data) < HEADER_LEN or data[:2] != MAGIC:
+            return None
+        writer = self._by_fp.get(bytes(data[2:HEADER_LEN]))
+        return None if writer is None else writer.name
+
     def encode(self, name: str, record: Mapping[str, Any], *, check: bool = True,
                version: int | None = None) -> bytes:
         """Single-object encoding of `record` with the newest version of schema `name` (or

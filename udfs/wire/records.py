@@ -241,6 +241,12 @@ class Stream(Generic[R]):
         # fastavro built the dict from the newest schema, which the class is tested against.
         return cast(R, reg.decode(self.schema, data))
 
+    def wrote(self, reg: SchemaRegistry, data: bytes) -> bool:
+        """Whether `data` was written with (some version of) this stream's schema: its
+        header alone is read. A topic may carry more than one kind of record (the
+        completions topic: a page's links before its completion)."""
+        return reg.writer_name(data) == self.schema
+
     def encode(self, reg: SchemaRegistry, record: R, *, check: bool = False) -> bytes:
         """Single-object encoding with the newest version. `check`: validate first (for
         records from outside; the typed ones this code builds need no check per record)."""
