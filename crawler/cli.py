@@ -939,7 +939,7 @@ def build_parser() -> argparse.ArgumentParser:
                 "settings) and never a site: each page's newest 200 response record (or "
                 "identical-payload revisit) of an HTML type is parsed again with the "
                 "configured settings (parse.max_links, urls.drop_query_params), and its "
-                "links are sent to the discovered topic as the fetcher sends them (source "
+                "links are sent to the discovered topic in records of the fetcher's shape (source "
                 "LINK, depth from the record's Crawl-Depth + 1). The frontier keeps each "
                 "URL once: links it knows change nothing, new ones are crawled. No "
                 "completion is sent, so no index event is made again (README, `crawl "

@@ -23,7 +23,7 @@ from udfs.core.parse import group_by_host
 from udfs.core.records import DiscoverySource
 from udfs.core.urls import UrlPolicy, normalize_url
 from udfs.wire.avro import registry
-from udfs.wire.records import DISCOVERED, links_record, plain_link
+from udfs.wire.records import DISCOVERED, links_records, plain_link
 
 # What an operator may seed: pages, and sitemap files (the frontier reads those as
 # sitemaps and seeds their entries; see udfs/frontier/pipeline.py).
@@ -62,10 +62,11 @@ def publish_seeds(cfg: Config, urls: Iterable[str], source: DiscoverySource = "S
     try:
         now = int(time.time() * 1000)
         for host_key, host_urls in group_by_host(good).items():
-            record = links_record(host_key, source, None, 0, now,
-                                  [plain_link(u) for u in host_urls])
-            producer.send(cfg.topic("discovered"), DISCOVERED.encode(reg, record, check=True),
-                          key=host_key.encode())
+            for record in links_records(host_key, source, None, 0, now,
+                                        [plain_link(u) for u in host_urls]):
+                producer.send(cfg.topic("discovered"),
+                              DISCOVERED.encode(reg, record, check=True),
+                              key=host_key.encode())
         producer.flush()
     finally:
         producer.close()

@@ -1391,7 +1391,7 @@ class DropNextLinks:
 
 
 def p_page_links(cfg, w):
-    """The links the fetcher sends to crawl.discovered for /page (its parser processes
+    """The links the fetcher sends to the frontier for /page (its parser processes
     run the parse filters)."""
     base = w.url("")
     return tuple(u.replace(base, "") for u in fetch_once(cfg, w, w.url("/page")).links)
@@ -2117,7 +2117,7 @@ EFFECTS: dict[str, Effect] = {
         p_page_links, ["tests.unit.test_config_keys:DropNextLinks"],
         lambda d, c, ch: any("/next" in u for u in d)
         and c == tuple(u for u in d if "/next" not in u) and len(c) == len(d) - 1,
-        "a link the filter drops is not sent to crawl.discovered; the others are",
+        "a link the filter drops is not sent to the frontier; the others are",
         base=tuple(LOOPBACK_NETS)),
     "parse.max_waiting": Effect(p_parse_backpressure, 1, lambda d, c, ch: (d, c) == (True, False),
                                 "no new lease is taken while max_waiting pages wait",

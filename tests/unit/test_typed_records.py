@@ -181,3 +181,23 @@ def test_stream_round_trip():
         "url": None, "host_key": None, "at_ms": 1}
     stream: Stream[DeadLetter] = STREAMS["deadletter"]
     assert stream.decode(REG, stream.encode(REG, record, check=True)) == record
+
+
+def test_a_hosts_many_links_are_cut_into_records_kafka_takes():
+    """A sitemap may list 50,000 URLs of one host: they go in records of at most
+    MAX_LINK_BYTES of links, each well under Kafka's default 1 MiB max.request.size
+    (a refused record fails the fetcher job, and its lease is fetched again), every
+    link kept, in order; worst-case links (long URLs of multi-byte characters, every
+    optional field set) too. A few links stay one record."""
+    from udfs.wire.records import DISCOVERED, MAX_LINK_BYTES, links_records, page_links
+
+    links = [{"url": f"https://ä.example/{'ü' * (i % 900)}/{i}", "lastmod_ms": 2 ** 62,
+              "priority": 0.5, "changefreq": "monthly"} for i in range(50_000)]
+    records = links_records("ä.example", "SITEMAP", "https://ä.example/s.xml", 1, 0,
+                            links)
+    sizes = [len(DISCOVERED.encode(REG, r)) for r in records]
+    assert len(records) > 1 and max(sizes) <= MAX_LINK_BYTES + 1024 < 1024 * 1024, sizes
+    assert [link for r in records for link in r["links"]] == links
+    assert all(r["host_key"] == "ä.example" and r["source"] == "SITEMAP" for r in records)
+    few = page_links("https://a.example/", 0, [f"https://a.example/{i}" for i in range(50)], 0)
+    assert len(few) == 1 and len(few[0]["links"]) == 50

@@ -13,7 +13,7 @@ key=value parameters given to the class as keyword arguments.
 
 What a filter's result changes (nothing else leaves the parser):
 
-* links: what goes to crawl.discovered. Each link a filter returns is resolved
+* links: what the fetcher sends to the frontier. Each link a filter returns is resolved
   against the page URL and normalized (urls.drop_query_params) before the next filter
   sees it; links that are not http(s) URLs are dropped, duplicates removed (first
   kept), and at most parse.max_links kept (the page is then marked truncated). The

@@ -3,11 +3,12 @@
 Each lease becomes zero or more Row(dest, key, value): dest "C" for the completions
 topic, "X" a dead letter. A fetched lease's "C" rows are the discovered-URLs records
 of what it found (its links, a sitemap's entries) and then its completion, all keyed
-by the lease's host_key: one partition, in that order, through one producer, so a
-completion the frontier reads never comes without the URLs found with it. (On
-their own topic the URLs could be lost to a kill -9 after the completion was sent:
-the restored fetcher does not send that lease again, and the frontier has marked
-it done.) The aiohttp session is made on the first call, inside the
+by the lease's host_key: one partition, in that order, through one idempotent
+producer, so after a crash a completion the frontier reads never comes without the
+URLs found with it. (On their own topic the URLs could be lost to a kill -9 after
+the completion was sent: the restored fetcher does not send that lease again, and
+the frontier has marked it done. What this does not cover, a send error: README,
+"Pace and politeness".) The aiohttp session is made on the first call, inside the
 operator's event loop.
 
 The function hands each lease to the fetch engine (`udfs.fetcher.engine`: its own thread

@@ -30,7 +30,7 @@ from udfs.core.urls import UrlPolicy, normalize_url
 from udfs.fetcher.client import fetch
 from udfs.fetcher.faults import FaultInjector
 from udfs.storage.bodies import ObjectStore
-from udfs.wire.records import Completion, DiscoveredUrls, LeaseRecord, links_record, page_links
+from udfs.wire.records import Completion, DiscoveredUrls, LeaseRecord, links_records, page_links
 
 # Parse-time buckets (seconds) of the parse_seconds histogram: an HTML page parses in
 # milliseconds; a slow one (a huge or pathological page) in up to seconds.
@@ -156,7 +156,7 @@ async def process_lease(lease: LeaseRecord, ctx: FetchContext
             else "SITEMAP"
         meta = {e.url: e for e in sitemap.entries}
         for host_key, urls in group_by_host(e.url for e in sitemap.entries).items():
-            discovered.append(links_record(host_key, source, url, lease["depth"], now_ms, [
+            discovered.extend(links_records(host_key, source, url, lease["depth"], now_ms, [
                 {"url": u, "lastmod_ms": meta[u].lastmod_ms, "priority": meta[u].priority,
                  "changefreq": meta[u].changefreq} for u in urls]))
         completion["links_count"] = len(sitemap.entries)

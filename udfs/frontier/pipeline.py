@@ -22,7 +22,7 @@ from udfs.wire.records import (
     IndexEvent,
     LeaseRecord,
     ShardTransfer,
-    links_record,
+    links_records,
     plain_link,
 )
 
@@ -116,8 +116,9 @@ def discovered_records(found: list[tuple[str, int, int, DiscoverySource]],
         by_kind.setdefault((source, depth, hops), []).append(url)
     for (source, depth, hops), urls in by_kind.items():
         for host_key, host_urls in group_by_host(urls).items():
-            out.append((host_key, links_record(host_key, source, parent, depth, now_ms,
-                                               [plain_link(u) for u in host_urls], hops)))
+            out += [(host_key, record) for record in links_records(
+                host_key, source, parent, depth, now_ms, [plain_link(u) for u in host_urls],
+                hops)]
     return out
 
 

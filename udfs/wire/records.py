@@ -65,6 +65,33 @@ def links_record(host_key: str, source: DiscoverySource, parent: str | None, dep
             "redirect_hops": hops, "discovered_at_ms": now_ms, "links": links}
 
 
+# The links one DiscoveredUrls record holds, at most about this many bytes encoded: Kafka
+# refuses a record over the producer's max.request.size (1 MiB by default) and a job
+# whose send fails restarts, while one sitemap may list 50,000 URLs of one host.
+MAX_LINK_BYTES = 512 * 1024
+
+
+def links_records(host_key: str, source: DiscoverySource, parent: str | None, depth: int,
+                  now_ms: int, links: list[DiscoveredLink], hops: int = 0,
+                  max_bytes: int = MAX_LINK_BYTES) -> list[DiscoveredUrls]:
+    """`links` (all of `host_key`) in as many records as keep each under `max_bytes` of
+    links, in order. A link is counted at its URL's and changefreq's UTF-8 bytes plus
+    40, more than Avro spends on their lengths and the optional fields."""
+    records: list[DiscoveredUrls] = []
+    run: list[DiscoveredLink] = []
+    size = 0
+    for link in links:
+        n = len(link["url"].encode()) + len((link["changefreq"] or "").encode()) + 40
+        if run and size + n > max_bytes:
+            records.append(links_record(host_key, source, parent, depth, now_ms, run, hops))
+            run, size = [], 0
+        run.append(link)
+        size += n
+    if run or not records:
+        records.append(links_record(host_key, source, parent, depth, now_ms, run, hops))
+    return records
+
+
 def host_of(record: DiscoveredUrls) -> str:
     """The record's key on its topic: its host_key, which every record this code builds
     has (an older producer's record may lack it: the frontier's intake regroups those)."""
@@ -76,11 +103,12 @@ def host_of(record: DiscoveredUrls) -> str:
 
 def page_links(page_url: str, depth: int, urls: Iterable[str], now_ms: int
                ) -> list[DiscoveredUrls]:
-    """The records of one page's links (source LINK, one record per target host), as
-    the fetcher sends them; `depth` is the page's."""
-    return [links_record(host_key, "LINK", page_url, depth + 1, now_ms,
-                         [plain_link(u) for u in host_urls])
-            for host_key, host_urls in group_by_host(urls).items()]
+    """The records of one page's links (source LINK, one record per target host, more
+    if it has very many: MAX_LINK_BYTES), as the fetcher sends them; `depth` is the
+    page's."""
+    return [record for host_key, host_urls in group_by_host(urls).items()
+            for record in links_records(host_key, "LINK", page_url, depth + 1, now_ms,
+                                        [plain_link(u) for u in host_urls])]
 
 
 class LeaseRecord(TypedDict):
