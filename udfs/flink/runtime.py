@@ -263,6 +263,7 @@ class KafkaIO:
         self.t_env = StreamTableEnvironment.create(env)
         self._statements = self.t_env.create_statement_set()
         self._sinks = 0
+        self._views = 0
         self._tables: dict[int, tuple[DataStream, Any]] = {}  # each stream as a table, once
 
     def _common(self, topic: str) -> str:
@@ -327,6 +328,27 @@ class KafkaIO:
                   WATERMARK FOR `ts` AS `ts`
                 ) WITH ('connector' = 'datagen', 'rows-per-second' = '1')""")
         return self.t_env.to_data_stream(self.t_env.from_path("crawl_clock"))
+
+    def without_schema(self, ds: DataStream, schema: str) -> DataStream:
+        """`ds`, Kafka rows as a source gives them, without the records written with any
+        version of `schema`: their values begin with its single-object header (marker
+        and fingerprint), tested in the JVM as a range of byte strings, so a record
+        dropped here never reaches Python."""
+        from udfs.wire.avro import MAGIC, registry
+
+        ranges = []
+        for version in registry().versions(schema):
+            head = MAGIC + version.fingerprint
+            # The values that begin with `head`: from head to its successor.
+            end = (int.from_bytes(head, "big") + 1).to_bytes(len(head), "big") \
+                if head.strip(b"\xff") else None
+            ranges.append(f"(`value` >= X'{head.hex()}'" +
+                          (f" AND `value` < X'{end.hex()}')" if end else ")"))
+        self._views += 1
+        view = f"without_{schema}_{self._views}"
+        self.t_env.create_temporary_view(view, ds)
+        return self.t_env.to_data_stream(self.t_env.sql_query(
+            f"SELECT * FROM {view} WHERE `value` IS NULL OR NOT ({' OR '.join(ranges)})"))
 
     def ticks(self, rows_per_second: int = 1) -> DataStream:
         """Empty records with the columns of a source table: unioned with the source,
