@@ -137,7 +137,7 @@ def crawl(name: str, sites: int, hostile: bool, stall: float, seconds: int) -> d
                 raise SystemExit(f"a job died; see {work}")
             for msg in completions:
                 if REG.writer_name(msg.value) != "completion":
-                    continue  # a page's URLs, sent before its completion
+                    continue  # URLs too many for their completion, sent before it
                 rec = REG.decode("completion", msg.value)
                 if first_completion is None and rec["outcome"] != "NOT_SENT":
                     first_completion = time.monotonic() - started

@@ -238,7 +238,7 @@ class Watcher:
         for m in self.consumer:
             schema = self.topics[m.topic]
             if schema == "completion" and DISCOVERED.wrote(self.reg, m.value):
-                continue  # a page's URLs, sent before its completion on that topic
+                continue  # URLs too many for their completion, sent just before it
             rec = self.reg.decode(schema, m.value)
             if schema == "index_event":
                 p.pages += 1

@@ -59,8 +59,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     # At-least-once: a completion or a discovered URL counts when it arrives, not when
     # this job's checkpoint commits (both are idempotent at the frontier: completions by
     # (url_id, url_version), discoveries by URL), so a host's pace is not the checkpoint's.
-    # A page's URLs and then its completion share a key and this one sink (the fetch
-    # task's own producer, idempotent): whoever reads the completion has read the URLs
+    # A page's URLs are inside its completion (v4); those too many for one record go
+    # just before it, under its key and through this one sink (the fetch task's own
+    # producer, idempotent): whoever reads the completion has read the URLs
     # (udfs/fetcher/operator.py). Each row goes to its topic by its dest, chosen in the JVM.
     for dest, topic in (("C", "completions"), ("X", "deadletter")):
         kafka.sink(results, cfg.topic(topic), exactly_once=False, dest=dest)

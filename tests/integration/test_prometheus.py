@@ -174,7 +174,7 @@ def test_prometheus_scrapes_a_crawl_and_agrees_with_the_topics(cfg, fresh_topics
         def read_topics() -> int:
             for m in consumer:
                 if m.topic == topic["completions"]:
-                    if REG.writer_name(m.value) == "completion":  # not a page's URLs
+                    if REG.writer_name(m.value) == "completion":  # not a links record
                         comps.append(REG.decode("completion", m.value))
                 else:
                     events.append(REG.decode("index_event", m.value))

@@ -49,8 +49,10 @@ import yaml
 from aiohttp import web
 
 from udfs.config import TOPIC_KEYS, Config, load_config, load_defaults
+from udfs.core.parse import group_by_host
 from udfs.core.urls import split_host_key
-from udfs.wire.records import DISCOVERED
+from udfs.wire import records as wire_records
+from udfs.wire.records import DISCOVERED, found_records, plain_link
 
 # Import-time noise of third-party packages: PyFlink's table package about its own
 # deprecated methods, httplib2 (under PyFlink's Beam runner) about pyparsing's.
@@ -530,6 +532,7 @@ class Answer:
     location: str | None = None
     text: str = "same"  # the page's extracted text: its hash decides CHANGED / UNCHANGED
     body: bytes | None = None  # robots.txt
+    links: tuple[str, ...] = ()  # the page's links, inside its completion (v4)
 
 
 def answer_ok(lease: dict, job: FrontierJob) -> Answer | None:
@@ -563,6 +566,10 @@ def completion_record(lease: dict, a: Answer, now: float) -> dict[str, Any]:
         "body": (a.body if a.body is not None else ROBOTS_OK) if lease["kind"] == "ROBOTS"
         and a.outcome == "OK" else None,
         "error": None,
+        "discovered": [
+            {"host_key": host, "source": "LINK", "depth": lease["depth"] + 1,
+             "links": [plain_link(u) for u in urls]}
+            for host, urls in group_by_host(a.links).items()],
     }
 
 
@@ -797,14 +804,16 @@ class FetcherJob:
             await asyncio.sleep(0.005)
         self.fn.engine.check()
         rows = [*rows, *self.fn.engine.drain()]
-        # Each row's kind: "C" a completion, "D" the URLs a page gave (on the completions
-        # topic too, just before their completion and with its key), "X" a dead letter.
+        # Each row's kind: "C" a completion (with the URLs its fetch found, v4), "D" URLs
+        # too many to go inside it (on the completions topic too, just before their
+        # completion and with its key), "X" a dead letter.
         dests = tuple("D" if r[0] == "C" and DISCOVERED.wrote(self.reg, bytes(r[2])) else r[0]
                       for r in rows)
         comps = [self.reg.decode("completion", bytes(r[2]))
                  for r, kind in zip(rows, dests, strict=True) if kind == "C"]
         found = [self.reg.decode("discovered", bytes(r[2]))
                  for r, kind in zip(rows, dests, strict=True) if kind == "D"]
+        found += [d for comp in comps for d in found_records(comp)]
         c = comps[0] if comps else {"outcome": "(no completion)", "http_status": None,
                                     "body_bytes": None}
         links = tuple(sorted(link["url"] for d in found for link in d["links"]))
@@ -2391,19 +2400,25 @@ def test_the_fetchers_gap_counts_the_servers_time_not_our_parsing(world):
     assert slot.last_duration < 0.3, slot
 
 
-def test_a_pages_urls_go_before_its_completion_under_its_key(world):
-    """A completion the frontier reads never comes without the URLs its page gave: the
-    fetcher sends them first, to the completions topic, under the fetched host's key
-    (one partition, one producer: its order holds through a crash). On a topic of their
-    own they could be lost to a kill -9 after the completion was sent, for the restored
-    fetcher does not send a lease again. A sitemap's entries of another host too."""
+def test_a_pages_urls_go_inside_its_completion_or_just_before_it_under_its_key(world):
+    """A completion the frontier reads never comes without the URLs its page gave: they
+    are inside it (completion v4). URLs too many for one Kafka record go before it
+    instead, to the completions topic, under the fetched host's key (one partition, one
+    producer: its order holds through a crash). On a topic of their own they could be
+    lost to a kill -9 after the completion was sent, for the restored fetcher does not
+    send a lease again. A sitemap's entries of another host too."""
     cfg = load_config(env={}, overrides=list(LOOPBACK_NETS))
     host = split_host_key(world.url("/page"))[0].encode()
     for url, kind in ((world.url("/page"), "PAGE"), (world.url("/sitemap/0"), "SITEMAP")):
         fetched = fetch_once(cfg, world, url, kind=kind)
         assert fetched.outcome == "OK" and fetched.links, (url, fetched)
-        assert fetched.dests[-1] == "C" and set(fetched.dests[:-1]) == {"D"}, fetched
-        assert set(fetched.keys) == {host}, fetched
+        assert fetched.dests == ("C",) and fetched.keys == (host,), fetched
+        with pytest.MonkeyPatch.context() as mp:  # as if they passed Kafka's limit
+            mp.setattr(wire_records, "MAX_LINK_BYTES", 10)
+            spilled = fetch_once(cfg, world, url, kind=kind)
+        assert spilled.links == fetched.links, (fetched, spilled)
+        assert spilled.dests[-1] == "C" and set(spilled.dests[:-1]) == {"D"}, spilled
+        assert set(spilled.keys) == {host}, spilled
 
 
 def test_the_frontier_takes_a_pages_urls_from_the_completions_topic(world):
@@ -2414,6 +2429,21 @@ def test_the_frontier_takes_a_pages_urls_from_the_completions_topic(world):
     job = crawl(cfg, world, [seeds("/a", source="LINK", stream="completions"),
                              seeds("/b", source="LINK")], 10)
     assert job.leased() == [H + "/a", H + "/b"] and job.dead == []
+
+
+def test_the_frontier_takes_the_urls_inside_a_completion(world):
+    """A completion's own URLs (v4), of its host and of another, are queued with its
+    depth + 1, as if they had come as DiscoveredUrls records."""
+    cfg = load_config(env={}, overrides=list(LOOPBACK_NETS))
+
+    def respond(lease: dict, job: FrontierJob) -> Answer:
+        links = (H + "/b", "http://b.test/c") if lease["url"] == H + "/a" else ()
+        return Answer(links=links)
+
+    job = crawl(cfg, world, [seeds("/a")], 20, respond=respond)
+    assert job.leased() == [H + "/a", H + "/b", "http://b.test/c"] and job.dead == []
+    assert {lease["url"]: lease["depth"] for lease in job.leases
+            if lease["kind"] == "PAGE"} == {H + "/a": 0, H + "/b": 1, "http://b.test/c": 1}
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -201,3 +201,35 @@ def test_a_hosts_many_links_are_cut_into_records_kafka_takes():
     assert all(r["host_key"] == "ä.example" and r["source"] == "SITEMAP" for r in records)
     few = page_links("https://a.example/", 0, [f"https://a.example/{i}" for i in range(50)], 0)
     assert len(few) == 1 and len(few[0]["links"]) == 50
+
+
+def test_a_fetchs_urls_go_inside_its_completion_unless_kafka_would_refuse_it():
+    """completion v4: a page's links ride inside its completion, and the frontier reads
+    them back as the records they stand for (parent = the page, time = the fetch's). A
+    sitemap of 50,000 entries would make a completion over Kafka's 1 MiB: those go as
+    records of their own, the completion without them, and stays small."""
+    from udfs.wire.records import (
+        COMPLETIONS,
+        DISCOVERED,
+        attach_found,
+        found_records,
+        links_records,
+        page_links,
+    )
+
+    comp = load_examples(REG.latest("completion"))[0]
+    urls = [f"https://a.example/{i}" for i in range(40)] + ["https://b.example/x"]
+    found = page_links(comp["url"], 2, urls, comp["fetched_at_ms"])
+    assert attach_found(comp, found) == []
+    back = COMPLETIONS.decode(REG, COMPLETIONS.encode(REG, comp))
+    assert [f["host_key"] for f in back["discovered"]] == ["https://a.example",
+                                                           "https://b.example"]
+    assert found_records(back) == found
+    big = links_records("https://a.example", "SITEMAP", comp["url"], 1,
+                        comp["fetched_at_ms"], [{"url": f"https://a.example/{'x' * 60}/{i}",
+                                                 "lastmod_ms": None, "priority": None,
+                                                 "changefreq": None} for i in range(50_000)])
+    assert attach_found(comp, big) == big and comp["discovered"] == []
+    assert len(COMPLETIONS.encode(REG, comp)) < 4096
+    assert all(len(DISCOVERED.encode(REG, r)) < 1024 * 1024 for r in big)
+    assert attach_found(comp, []) == [] and found_records(comp) == []

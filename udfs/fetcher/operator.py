@@ -1,15 +1,16 @@
 """Flink shell of the fetcher: an AsyncFunction around `process_lease` (process mode).
 
 Each lease becomes zero or more Row(dest, key, value): dest "C" for the completions
-topic, "X" a dead letter. A fetched lease's "C" rows are the discovered-URLs records
-of what it found (its links, a sitemap's entries) and then its completion, all keyed
-by the lease's host_key: one partition, in that order, through one idempotent
-producer, so after a crash a completion the frontier reads never comes without the
-URLs found with it. (On their own topic the URLs could be lost to a kill -9 after
-the completion was sent: the restored fetcher does not send that lease again, and
-the frontier has marked it done. What this does not cover, a send error: README,
-"Pace and politeness".) The aiohttp session is made on the first call, inside the
-operator's event loop.
+topic, "X" a dead letter. A fetched lease's completion holds what the fetch found
+(its links, a sitemap's entries: completion v4 `discovered`), so the frontier never
+reads a completion without the URLs found with it. (On a topic of their own the URLs
+could be lost to a kill -9 after the completion was sent: the restored fetcher does
+not send that lease again, and the frontier has marked it done.) URLs too many for
+one Kafka record (over 512 KB of links, a big sitemap) go instead as discovered-URLs
+records just before the completion, keyed by the lease's host_key like it: one
+partition, in that order, through one idempotent producer; what that order does not
+cover, a send error: README, "Pace and politeness". The aiohttp session is made on
+the first call, inside the operator's event loop.
 
 The function hands each lease to the fetch engine (`udfs.fetcher.engine`: its own thread
 and event loop, so that no PyFlink bundle waits for a fetch) and returns at once what
@@ -48,7 +49,14 @@ from udfs.fetcher.faults import fault_injector
 from udfs.fetcher.turns import Turns
 from udfs.wire.avro import AvroDecodeError, registry
 from udfs.wire.deadletter import dead_letter
-from udfs.wire.records import COMPLETIONS, DISCOVERED, LEASES, Completion, LeaseRecord
+from udfs.wire.records import (
+    COMPLETIONS,
+    DISCOVERED,
+    LEASES,
+    Completion,
+    LeaseRecord,
+    attach_found,
+)
 
 FETCH_OUTPUT = Types.ROW_NAMED(["dest", "key", "value"], [
     Types.STRING(), Types.PRIMITIVE_ARRAY(Types.BYTE()), Types.PRIMITIVE_ARRAY(Types.BYTE())])
@@ -86,7 +94,7 @@ def not_sent(lease: LeaseRecord, reason: Skip, now: float, start_at: float | Non
         "content_type": None, "body_sha256": None, "body_bytes": None, "object_key": None,
         "text_sha256": None, "simhash": None, "canonical_url": None, "noindex": False,
         "nofollow": False, "links_count": 0, "body": None, "error": reason.value,
-        "warc_filename": None, "warc_offset": None, "warc_length": None,
+        "warc_filename": None, "warc_offset": None, "warc_length": None, "discovered": [],
     }
 
 
@@ -293,13 +301,13 @@ class FetchFunction(AsyncFunction):
                 await self.turns.release_address(address)
         host = lease["host_key"].encode()
         self.metrics.count(completion)
-        # What the page gave first, then its completion (the module's docstring): the
-        # frontier reads both from the completions topic.
-        out = [Row("C", host, DISCOVERED.encode(self.reg, d)) for d in discovered]
-        # Written as completion v3 (the WARC record's location, PARSE_TIMEOUT): the frontier
-        # is upgraded first (README, "Upgrading across completion v3").
+        # What the page gave goes inside its completion (v4); only links too many for
+        # one Kafka record go as records of their own, just before it (the module's
+        # docstring). Upgrade the frontier first (README, "Upgrading across completion v4").
+        out = [Row("C", host, DISCOVERED.encode(self.reg, d))
+               for d in attach_found(completion, discovered)]
         if self.faults is not None and self.faults.drops_completion(lease["url"]):
-            return out  # a recovery test's fault: the completion alone is lost
+            return out  # a recovery test's fault: the completion is lost, URLs and all
         out.append(Row("C", host, COMPLETIONS.encode(self.reg, completion)))
         if completion["outcome"] in ("PARSE_TIMEOUT", "PARSE_ERROR"):
             # A page the parser could not finish: recorded and skipped, its URL and reason

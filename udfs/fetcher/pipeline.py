@@ -133,6 +133,7 @@ async def process_lease(lease: LeaseRecord, ctx: FetchContext
         "warc_filename": where.key if where else None,
         "warc_offset": where.offset if where else None,
         "warc_length": where.length if where else None,
+        "discovered": [],  # (v4) the operator puts what the fetch found here
     }
     discovered: list[DiscoveredUrls] = []
     if resp.outcome is not Outcome.OK:

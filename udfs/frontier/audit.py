@@ -28,8 +28,9 @@ Why no audit entry is lost or counted twice:
 * A completion delivered twice by the fetcher (at-least-once) is two Kafka records:
   both are kept (the trail records what was delivered), and `crawl audit` shows them
   as one fetch with a delivery count (`udfs.core.audit.fetches`).
-* The URLs a page gave, which share the completions topic (before the page's
-  completion), are not fetches: they are passed over, by their schema.
+* The URLs of a page that had too many to go inside its completion, which share the
+  completions topic (just before the completion), are not fetches: they are passed
+  over, by their schema.
 * An unreadable record is not audited here: the frontier's intake sends it whole to
   the dead-letter topic, which is never dropped.
 
@@ -100,7 +101,7 @@ class AuditWriter(KeyedCoProcessFunction):
     def process_element1(self, row, ctx) -> None:
         data = bytes(row[1])
         if DISCOVERED.wrote(self.reg, data):
-            # A page's URLs (the fetcher sends them before its completion), should one
+            # URLs too many for their completion (sent just before it), should one
             # pass audit_trail's filter: passed over, not counted unreadable.
             return
         try:

@@ -157,33 +157,39 @@ class Intake(ProcessFunction):
         topic = row[2]
         data = bytes(row[1])
         try:
-            # The completions topic also holds the URLs a page gave, just before its
-            # completion (udfs/fetcher/operator.py): told apart by the writer's schema.
+            # The completions topic also holds, just before a completion, the URLs its
+            # fetch found when they were too many to go inside it (udfs/fetcher/operator.py):
+            # told apart by the writer's schema.
             if topic == self.discovered_topic or (
                     topic == self.completions_topic and
                     records.DISCOVERED.wrote(self.reg, data)):
                 discovered = records.DISCOVERED.decode(self.reg, data)
+                yield from self._urls(row, discovered)
             elif topic == self.index_topic:  # the index's duplicate checks, to the URL's owner
                 event = records.INDEX.decode(self.reg, data)
                 feedback = duplicate_feedback(event)
                 if feedback is not None:
                     yield Row(event["host_key"], "F", pickle.dumps(feedback))
-                return
             elif topic == self.control_topic:  # an operator's command, to the host's owner
                 command = records.CONTROL.decode(self.reg, data)
                 yield Row(command["host_key"], "K", pickle.dumps(command))
-                return
             elif topic == self.shards_topic:  # to a hot host's shard, or back to its owner
                 t = transfer_from_record(records.SHARDS.decode(self.reg, data))
                 yield Row(t.target, "S", pickle.dumps(t))
-                return
             else:
                 completion = records.COMPLETIONS.decode(self.reg, data)
+                # The URLs its fetch found (completion v4) to their hosts first, then the
+                # completion to its own host, without them.
+                for found in records.found_records(completion):
+                    yield from self._urls(row, found)
+                completion["discovered"] = []
                 yield Row(completion["host_key"], "C", pickle.dumps(completion))
-                return
         except AvroDecodeError as exc:
             yield self._dead(row, str(exc), type(exc).__name__)
-            return
+
+    def _urls(self, row, discovered: records.DiscoveredUrls):
+        """Rows of one DiscoveredUrls record: to each host its URLs, dead letters for the
+        refused ones."""
         found = intake(discovered, self.url_policy, self.address_policy, self.filters)
         for host_key, links in found.groups.items():
             yield Row(host_key, "D", pickle.dumps(links))

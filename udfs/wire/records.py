@@ -41,6 +41,16 @@ class DiscoveredLink(TypedDict):
     changefreq: str | None
 
 
+class FoundUrls(TypedDict):
+    """completion v4's `discovered` entry: URLs of one target host that the fetch found
+    (its parent is the completion's url, its time the completion's fetched_at_ms)."""
+
+    host_key: str
+    source: DiscoverySource
+    depth: int
+    links: list[DiscoveredLink]
+
+
 class DiscoveredUrls(TypedDict):
     """discovered: URLs found on one page (or by the frontier), all of one target host."""
 
@@ -71,6 +81,10 @@ def links_record(host_key: str, source: DiscoverySource, parent: str | None, dep
 MAX_LINK_BYTES = 512 * 1024
 
 
+def _link_size(link: DiscoveredLink) -> int:
+    return len(link["url"].encode()) + len((link["changefreq"] or "").encode()) + 40
+
+
 def links_records(host_key: str, source: DiscoverySource, parent: str | None, depth: int,
                   now_ms: int, links: list[DiscoveredLink], hops: int = 0,
                   max_bytes: int = MAX_LINK_BYTES) -> list[DiscoveredUrls]:
@@ -81,7 +95,7 @@ def links_records(host_key: str, source: DiscoverySource, parent: str | None, de
     run: list[DiscoveredLink] = []
     size = 0
     for link in links:
-        n = len(link["url"].encode()) + len((link["changefreq"] or "").encode()) + 40
+        n = _link_size(link)
         if run and size + n > max_bytes:
             records.append(links_record(host_key, source, parent, depth, now_ms, run, hops))
             run, size = [], 0
@@ -109,6 +123,34 @@ def page_links(page_url: str, depth: int, urls: Iterable[str], now_ms: int
     return [record for host_key, host_urls in group_by_host(urls).items()
             for record in links_records(host_key, "LINK", page_url, depth + 1, now_ms,
                                         [plain_link(u) for u in host_urls])]
+
+
+def link_bytes(links: list[DiscoveredLink]) -> int:
+    """What `links` count against MAX_LINK_BYTES (see links_records)."""
+    return sum(map(_link_size, links))
+
+
+def attach_found(completion: Completion, found: list[DiscoveredUrls]
+                 ) -> list[DiscoveredUrls]:
+    """Put the URLs a fetch `found` into its completion (v4 `discovered`) when they fit
+    in MAX_LINK_BYTES of links, and return what must go before the completion as records
+    of their own instead: nothing, or all of them when they do not fit (a sitemap of
+    many thousand entries), so that no record passes Kafka's size limit."""
+    if not found or sum(link_bytes(d["links"]) for d in found) > MAX_LINK_BYTES:
+        completion["discovered"] = []
+        return found
+    completion["discovered"] = [
+        {"host_key": host_of(d), "source": d["source"], "depth": d["depth"],
+         "links": d["links"]} for d in found]
+    return []
+
+
+def found_records(completion: Completion) -> list[DiscoveredUrls]:
+    """A v4 completion's `discovered` entries as the DiscoveredUrls records they stand
+    for: found at the completion's url, at its fetched_at_ms."""
+    return [links_record(f["host_key"], f["source"], completion["url"], f["depth"],
+                         completion["fetched_at_ms"], f["links"])
+            for f in completion["discovered"]]
 
 
 class LeaseRecord(TypedDict):
@@ -169,6 +211,7 @@ class Completion(TypedDict):
     warc_filename: str | None
     warc_offset: int | None
     warc_length: int | None
+    discovered: list[FoundUrls]
 
 
 class IndexEvent(TypedDict):
@@ -272,7 +315,7 @@ class Stream(Generic[R]):
     def wrote(self, reg: SchemaRegistry, data: bytes) -> bool:
         """Whether `data` was written with (some version of) this stream's schema: its
         header alone is read. A topic may carry more than one kind of record (the
-        completions topic: a page's links before its completion)."""
+        completions topic: links too many for their completion, just before it)."""
         return reg.writer_name(data) == self.schema
 
     def encode(self, reg: SchemaRegistry, record: R, *, check: bool = False) -> bytes:
