@@ -64,6 +64,7 @@ pytestmark = [
 DAY = 86400.0
 T0 = 20_000 * DAY + 1000.0  # the virtual crawl clock starts here (a UTC day began 1000 s ago)
 H = "http://a.test"
+OTHER = "http://b.test"
 ROBOTS_OK = b"User-agent: *\nAllow: /\n"
 LOOPBACK_NETS = ['fetch.allowed_networks=["127.0.0.0/8"]']
 
@@ -1044,7 +1045,19 @@ def p_one_address(cfg, w):
 
 
 def p_attempts_unanswered(cfg, w):
-    """The attempt numbers of one page's leases when none is answered (40 minutes)."""
+    """The attempt numbers of one page's leases when none is answered (40 minutes), while
+    another host's are (the fetcher is heard from: the expiries are the page's own)."""
+    def respond(lease, job):
+        return Answer() if lease["url"].startswith(OTHER) else None
+    job = crawl(cfg, w, [seeds("/1"), seeds(*(f"/{i}" for i in range(3000)), host=OTHER)],
+                2400, respond)
+    return [lease["attempt"] for lease in job.leases
+            if lease["kind"] == "PAGE" and lease["url"].startswith(H + "/")]
+
+
+def p_attempts_fetcher_silent(cfg, w):
+    """The attempt numbers of one page's leases when the fetcher answers nothing at all
+    (40 minutes: down, or cut off)."""
     job = crawl(cfg, w, [seeds("/1")], 2400, answer_none)
     return [lease["attempt"] for lease in job.leases if lease["kind"] == "PAGE"]
 
@@ -2448,3 +2461,11 @@ def test_the_frontier_takes_the_urls_inside_a_completion(world):
 
 if __name__ == "__main__":  # pragma: no cover
     sys.exit(pytest.main([__file__, "-q"]))
+
+
+def test_a_fetcher_that_answers_nothing_spends_no_lease_attempts(world):
+    """A fetcher down or cut off for longer than max_lease_attempts lease timeouts: the
+    page is re-let after each expiry (never parked for a week) and its attempt is never
+    spent, since nothing was heard from the fetcher after the lease was issued."""
+    attempts = p_attempts_fetcher_silent(load_config(env={}), world)
+    assert len(attempts) >= 5 and set(attempts) == {1}, attempts

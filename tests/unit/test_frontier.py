@@ -267,6 +267,32 @@ def test_lease_expiry_is_bounded_then_the_url_is_parked_not_lost():
     assert poll_page(h, u.next_fetch_at).url_version == lease.url_version + 1
 
 
+def test_a_lease_that_expires_while_the_fetcher_is_silent_spends_no_attempt():
+    """Expiries after the frontier last heard from the fetcher (down, cut off) re-let the
+    URL with its attempt unspent, as often as they come; once the fetcher is heard
+    after a lease was issued, its expiry counts again, up to the park."""
+    h = host()
+    t = with_robots(h, urls=[H + "/a"])
+    now = t
+    heard = t - 1  # nothing heard from the fetcher since before the first lease
+    for _ in range(2 * CFG.max_lease_attempts):
+        lease = h.poll(now, fetcher_heard_at=heard)
+        assert lease.attempt == 1
+        now = lease.expires_at
+    assert h.stats["leases_expired_unheard"] == 2 * CFG.max_lease_attempts - 1
+    # Heard from after the last one was issued: each expiry is the URL's own, from
+    # that one on.
+    for attempt in range(2, CFG.max_lease_attempts + 1):
+        h.expire(now, fetcher_heard_at=now)
+        lease = h.poll(now, fetcher_heard_at=now)
+        assert lease.attempt == attempt
+        now = lease.expires_at
+    h.expire(now, fetcher_heard_at=now)
+    u = h.urls[lease.url_id]
+    assert u.status is UrlStatus.PARKED and "lease expired 3 times" in u.park_reason
+    assert h.check_invariants() == []
+
+
 # -- item 3: outcomes ------------------------------------------------------------------
 
 def poll_page(h, now, body=ROBOTS):

@@ -243,6 +243,11 @@ class FrontierFunction(KeyedProcessFunction):
         # The timer each cached host has armed and not yet seen fire, so that a call
         # that ends with the same wake time does not ask the JVM for it again.
         self.armed: dict[str, int] = {}
+        # When this subtask last heard from the fetcher (a completion of any of its
+        # hosts; from its first call until one comes): a lease issued after it that
+        # expires spends no attempt (Completions.expire). In memory: a restored subtask
+        # starts from its first call.
+        self.fetcher_heard_at: float | None = None
 
     def close(self) -> None:
         self.metrics.batch.flush()
@@ -289,8 +294,10 @@ class FrontierFunction(KeyedProcessFunction):
 
     def _finish(self, h: HostFrontier, before: int, now: float, ctx):
         """Grant what the host allows now, save, and arm the next timer."""
+        if self.fetcher_heard_at is None:
+            self.fetcher_heard_at = now
         for _ in range(self.cfg.max_grants_per_call):
-            lease = h.poll(now, self.fetch_budget)
+            lease = h.poll(now, self.fetch_budget, self.fetcher_heard_at)
             if lease is None:
                 break
             if lease.kind is not Kind.ROBOTS and h.gate.state.fetched_at is not None:
@@ -349,6 +356,7 @@ class FrontierFunction(KeyedProcessFunction):
             h.take_refill(payload, now)
         else:
             completion: records.Completion = payload
+            self.fetcher_heard_at = now
             result = h.complete(fetch_result(completion), now)
             if result.verdict is Acceptance.ACCEPTED:
                 if result.index:

@@ -140,8 +140,17 @@ class Completions:
         return CompletionResult(Acceptance.ACCEPTED, url=lease.url, discovered=found,
                                 reason=f"robots {self.gate.state.status.value}")
 
-    def expire(self, now: float) -> list[Lease]:
-        """Expire overdue leases: re-let their URLs (attempt + 1) or park them."""
+    def expire(self, now: float, fetcher_heard_at: float | None = None) -> list[Lease]:
+        """Expire overdue leases: re-let their URLs (attempt + 1) or park them.
+
+        `fetcher_heard_at`: when this frontier last heard from the fetcher (a completion
+        of any host). A lease issued after that expired while the fetcher was silent:
+        down, restarting, cut off. Its URL is not at fault, so the expiry spends no
+        attempt; otherwise an outage longer than max_lease_attempts lease timeouts
+        would park every URL leased during it (a week at the defaults). A lease whose
+        fetch kills the fetcher still spends its attempts while other hosts' completions
+        come in between its restarts. None: every expiry spends one. Either way the URL
+        is re-let only now, after its expiry: politeness is the same."""
         expired = self.leases.overdue(now)
         for lease in expired:
             self._count("leases_expired")
@@ -153,6 +162,9 @@ class Completions:
                 continue
             self.queue.dirty.add(u.url_id)
             u.lease_id = None
+            if fetcher_heard_at is not None and lease.issued_at > fetcher_heard_at:
+                self._count("leases_expired_unheard")
+                u.attempt -= 1  # the re-let adds it back: the fetcher was silent
             if u.attempt < self.cfg.max_lease_attempts:
                 u.status, u.relet = UrlStatus.QUEUED, True
                 self.queue.enqueue(u, now)

@@ -151,9 +151,10 @@ class HostFrontier:
 
     # -- leasing --------------------------------------------------------------
 
-    def expire(self, now: float) -> list[Lease]:
-        """Expire overdue leases: re-let their URLs (attempt + 1) or park them."""
-        return self.ends.expire(now)
+    def expire(self, now: float, fetcher_heard_at: float | None = None) -> list[Lease]:
+        """Expire overdue leases: re-let their URLs (attempt + 1) or park them; one issued
+        after `fetcher_heard_at` spends no attempt (see Completions.expire)."""
+        return self.ends.expire(now, fetcher_heard_at)
 
     def ready_at(self, now: float) -> float:
         """The earliest time the host's tokens allow a request (ignoring the queue)."""
@@ -162,9 +163,11 @@ class HostFrontier:
     def _tokens_free(self, now: float) -> bool:
         return not self.paused and self.pacer.tokens_free(now, self.leases.out)
 
-    def poll(self, now: float, global_budget: DailyBudget | None = None) -> Lease | None:
-        """Grant the next lease if the host's tokens allow one now (at most one per call)."""
-        self.expire(now)
+    def poll(self, now: float, global_budget: DailyBudget | None = None,
+             fetcher_heard_at: float | None = None) -> Lease | None:
+        """Grant the next lease if the host's tokens allow one now (at most one per call).
+        `fetcher_heard_at`: when the frontier last heard from the fetcher (see expire)."""
+        self.expire(now, fetcher_heard_at)
         self.window.refill(now, len(self.leases))
         if not self._tokens_free(now):
             return None
