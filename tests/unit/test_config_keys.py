@@ -1780,6 +1780,23 @@ def p_tool_timeouts(cfg, w):
     return admin.kwargs["request_timeout_ms"], producer.kwargs["request_timeout_ms"]
 
 
+def p_source_fetches(cfg, w):
+    """Per job, what each Kafka source asks of a broker per fetch (min bytes, max wait)."""
+    return {name: sorted({(opts.get("properties.fetch.min.bytes"),
+                           opts.get("properties.fetch.max.wait.ms"))
+                          for t, opts in run_job(name, cfg, w).tables().items()
+                          if t.startswith("src_")})
+            for name in ("frontier", "fetcher")}
+
+
+def p_producer_linger(cfg, w):
+    """Per job, the linger.ms of each Kafka sink, by its delivery guarantee."""
+    return {name: sorted({(opts.get("sink.delivery-guarantee"), opts.get("properties.linger.ms"))
+                          for t, opts in run_job(name, cfg, w).tables().items()
+                          if t.startswith("sink")})
+            for name in ("frontier", "fetcher")}
+
+
 def p_clock(cfg, w):
     """The frontier job's crawl-clock table and its sources' idle timeout."""
     trace = run_job("frontier", cfg, w)
@@ -1877,6 +1894,22 @@ EFFECTS: dict[str, Effect] = {
         "every consumer group id of the jobs starts with the prefix"),
     "kafka.request_timeout_ms": Effect(p_tool_timeouts, 5000,
                                        lambda d, c, ch: c == (5000, 5000)),
+    "kafka.fetch_min_bytes": Effect(
+        p_source_fetches, 65536,
+        lambda d, c, ch: all(c[j] and all(least == "65536" for least, _ in c[j])
+                             for j in ("frontier", "fetcher")),
+        "every Kafka source of both jobs asks for at least this many bytes per fetch"),
+    "kafka.fetch_max_wait_ms": Effect(
+        p_source_fetches, 50,
+        lambda d, c, ch: all(c[j] and all(wait == "50" for _, wait in c[j])
+                             for j in ("frontier", "fetcher")),
+        "every Kafka source of both jobs lets a broker hold a fetch this long"),
+    "kafka.linger_ms": Effect(
+        p_producer_linger, 20,
+        lambda d, c, ch: ("at-least-once", "20") in c["fetcher"]
+        and ("at-least-once", "20") in c["frontier"]
+        and all(lg == "20" for j in c for g, lg in c[j] if g == "at-least-once"),
+        "every at-least-once Kafka sink of both jobs lingers this long"),
     # topics: the five streams
     "topics.*.name": Effect(p_topic_wiring, TOPIC_NAME, _renamed,
                             "the jobs read and write, and the tools create, the named topic"),

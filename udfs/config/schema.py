@@ -39,6 +39,9 @@ class Kafka(Section):
     bootstrap_servers: Annotated[str, rule(r.bootstrap)]
     group_id_prefix: Annotated[str, rule(r.topic_name)]
     request_timeout_ms: Annotated[int, at_least(100)]
+    fetch_min_bytes: Annotated[int, between(1, 52428800)]
+    fetch_max_wait_ms: Annotated[int, between(0, 5000)]
+    linger_ms: Annotated[int, between(0, 5000)]
 
 
 class Topic(Section):

@@ -281,6 +281,7 @@ class KafkaIO:
         event time downstream follows the crawl clock (see `clock`)."""
         name = _table_name("src", topic)
         bounded_opt = ", 'scan.bounded.mode' = 'latest-offset'" if bounded else ""
+        fetch_wait = self.cfg["kafka.fetch_max_wait_ms"]
         if ingestion_time:  # a quiet partition must not hold event time back for long
             self.t_env.get_config().set("table.exec.source.idle-timeout",
                                         f"{self.cfg['frontier.clock_idle_ms']} ms")
@@ -296,7 +297,9 @@ class KafkaIO:
               'properties.group.id' = '{self.cfg['kafka.group_id_prefix']}.{group}',
               'properties.isolation.level' = 'read_committed',
               'scan.startup.mode' = 'group-offsets',
-              'properties.auto.offset.reset' = 'earliest'{bounded_opt})""")
+              'properties.auto.offset.reset' = 'earliest',
+              'properties.fetch.min.bytes' = '{self.cfg['kafka.fetch_min_bytes']}',
+              'properties.fetch.max.wait.ms' = '{fetch_wait}'{bounded_opt})""")
         return self.t_env.to_data_stream(self.t_env.from_path(name))
 
     def clock(self, topic: str = "") -> DataStream:
@@ -378,7 +381,8 @@ class KafkaIO:
         # defaults), so a partition keeps the order records were sent in through a
         # crash: no record is written when one sent before it to its partition was lost.
         guarantee = ("'sink.delivery-guarantee' = 'at-least-once', "
-                     "'properties.enable.idempotence' = 'true', 'properties.acks' = 'all'")
+                     "'properties.enable.idempotence' = 'true', 'properties.acks' = 'all', "
+                     f"'properties.linger.ms' = '{self.cfg['kafka.linger_ms']}'")
         if exactly_once:
             if not transactional_id_prefix:
                 raise ValueError("an exactly-once Kafka sink needs a transactional_id_prefix")
