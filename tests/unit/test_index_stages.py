@@ -95,3 +95,26 @@ def test_band_flags_near_pages_and_asks_an_empty_bucket_nothing():
     assert band.seen.data == {near_key({"simhash": 0, "url_id": "a"}, 0): {"a": 0, "b": b},
                               near_key({"simhash": to_signed64(far), "url_id": "far"}, 0):
                                   {"far": to_signed64(far)}}
+
+
+def test_band_reads_a_bucket_size_once_and_a_restored_band_reads_it_again():
+    calls = Calls()
+    band = NearDuplicateBand(0, max_bucket=2)
+    band.open(Context(calls))
+    a = 0
+    b, c, d = a ^ 0b1, a ^ 0b11, a ^ 0b111  # all in a's bucket of band 0
+    assert run(band, calls, "a", a) is None
+    assert run(band, calls, "b", b) == "a"
+    assert run(band, calls, "c", c) == "a"  # the bucket is full (2): c is not kept
+    # The bucket's size was asked of the state once; the subtask kept it since.
+    assert calls.count["value"] == 1 and calls.count["update"] == 2
+    assert band.size.data == {near_key({"simhash": 0, "url_id": "a"}, 0): 2}
+
+    # A restored subtask (the same keyed state, nothing in memory) reads it again, and
+    # still keeps no more than the bucket holds.
+    restored = NearDuplicateBand(0, max_bucket=2)
+    restored.open(Context(calls))
+    restored.seen, restored.size = band.seen, band.size
+    assert run(restored, calls, "d", d) == "a"
+    assert calls.count["value"] == 2 and calls.count["update"] == 2
+    assert set(band.seen.data[near_key({"simhash": 0, "url_id": "a"}, 0)]) == {"a", "b"}

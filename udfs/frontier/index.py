@@ -48,6 +48,11 @@ def near_key(event: IndexEvent, band: int, k: int = 3) -> str:
     return f"b{band}:{band_keys(from_signed64(event['simhash']), k)[band][1]}"
 
 
+# Band values whose bucket size a band subtask keeps in memory (a band of k = 3 has
+# 65,536 values; more only for a smaller k, whose bands are wider).
+_MAX_SIZES = 1 << 17
+
+
 class NearDuplicateBand(KeyedProcessFunction):
     """One SimHash band (Manku et al.): keyed by the band's value, it remembers the
     fingerprints seen with that value and flags the event near_duplicate_of the first
@@ -66,6 +71,11 @@ class NearDuplicateBand(KeyedProcessFunction):
         self.seen = ctx.get_map_state(MapStateDescriptor("fingerprints", Types.STRING(),
                                                          Types.LONG()))
         self.size = ctx.get_state(ValueStateDescriptor("size", Types.INT()))
+        # `size` of each band value this subtask has read or written: each read is a call
+        # into the JVM and a state-backend get, and most buckets are seen again. Only
+        # this subtask writes its keys, and a restored one starts with nothing here.
+        # A band value has 64 / (k + 1) bits (16 for k = 3): a bounded dict.
+        self.sizes: dict[str, int] = {}
         # Counted once, where an event leaves the last band.
         self.near = ctx.get_metrics_group().counter("near_duplicates_total") \
             if self.band == self.k else None
@@ -77,7 +87,9 @@ class NearDuplicateBand(KeyedProcessFunction):
             # `size` counts what `seen` holds (both change together): an empty bucket, the
             # usual case, is neither scanned nor asked for the URL (each a call into the
             # JVM in thread mode).
-            size = self.size.value() or 0
+            size = self.sizes.get(row[0])
+            if size is None:
+                size = self.size.value() or 0
             if size and event["near_duplicate_of"] is None:
                 for other_id, other in self.seen.items():
                     if other_id != event["url_id"] and hamming(fp, from_signed64(other)) <= \
@@ -86,7 +98,10 @@ class NearDuplicateBand(KeyedProcessFunction):
                         break
             if size < self.max_bucket and not (size and self.seen.contains(event["url_id"])):
                 self.seen.put(event["url_id"], event["simhash"])
-                self.size.update(size + 1)
+                size += 1
+                self.size.update(size)
+            if len(self.sizes) < _MAX_SIZES:
+                self.sizes[row[0]] = size
         if self.band < self.k:
             yield Row(near_key(event, self.band + 1, self.k), pickle.dumps(event))
         else:
