@@ -179,20 +179,27 @@ class Intake(ProcessFunction):
             else:
                 completion = records.COMPLETIONS.decode(self.reg, data)
                 # The URLs its fetch found (completion v4) to their hosts first, then the
-                # completion to its own host, without them.
+                # completion to its own host, without them; its own host's URLs go with
+                # it, admitted in the same call just before it (a call fewer per page).
+                own = completion["host_key"]
+                own_links: list[NewUrl] = []
                 for found in records.found_records(completion):
-                    yield from self._urls(row, found)
+                    yield from self._urls(row, found, own, own_links)
                 completion["discovered"] = []
-                yield Row(completion["host_key"], "C", pickle.dumps(completion))
+                yield Row(own, "C", pickle.dumps((completion, own_links)))
         except AvroDecodeError as exc:
             yield self._dead(row, str(exc), type(exc).__name__)
 
-    def _urls(self, row, discovered: records.DiscoveredUrls):
+    def _urls(self, row, discovered: records.DiscoveredUrls, own: str | None = None,
+              own_links: list[NewUrl] | None = None):
         """Rows of one DiscoveredUrls record: to each host its URLs, dead letters for the
-        refused ones."""
+        refused ones. The URLs of host `own` go to `own_links` instead, when given."""
         found = intake(discovered, self.url_policy, self.address_policy, self.filters)
         for host_key, links in found.groups.items():
-            yield Row(host_key, "D", pickle.dumps(links))
+            if host_key == own and own_links is not None:
+                own_links.extend(links)
+            else:
+                yield Row(host_key, "D", pickle.dumps(links))
         for url, name, error in found.filtered:
             self.filtered[name].inc()
             if error is not None:  # the filter raised: its bug, kept for its author
@@ -204,6 +211,15 @@ class Intake(ProcessFunction):
             self.refused_address.inc()
             yield self._dead(row, f"address blocked by the SSRF policy: {reason}",
                              "ADDRESS_BLOCKED", url=url, host_key=split_host_key(url)[0])
+
+
+def _discover(h: HostFrontier, links: list[NewUrl], now: float) -> None:
+    """Admit URLs of host `h` that the intake has checked (see intake)."""
+    for link in links:
+        h.discover(link["url"], now, depth=link["depth"], priority=link["priority"],
+                   is_seed=link["is_seed"], redirect_hops=link["redirect_hops"],
+                   kind=link["kind"], checked=True, lastmod=link["lastmod"],
+                   changefreq=link["changefreq"])
 
 
 class FrontierFunction(KeyedProcessFunction):
@@ -340,12 +356,7 @@ class FrontierFunction(KeyedProcessFunction):
         h = self._host(row[0])
         before = len(h.urls)
         if row[1] == "D":
-            links: list[NewUrl] = payload
-            for link in links:
-                h.discover(link["url"], now, depth=link["depth"], priority=link["priority"],
-                           is_seed=link["is_seed"], redirect_hops=link["redirect_hops"],
-                           kind=link["kind"], checked=True, lastmod=link["lastmod"],
-                           changefreq=link["changefreq"])
+            _discover(h, payload, now)
         elif row[1] == "F":
             feedback: DuplicateFeedback = payload
             h.duplicate(feedback["url_id"], feedback["url_version"], Dup(feedback["dup"]),
@@ -355,7 +366,11 @@ class FrontierFunction(KeyedProcessFunction):
         elif row[1] == "S":  # a shard's answer to this owner's pull
             h.take_refill(payload, now)
         else:
-            completion: records.Completion = payload
+            # (completion, its own host's URLs); a completion alone from a build before
+            # them, should a restored checkpoint hold one in flight.
+            completion: records.Completion
+            completion, own_links = payload if isinstance(payload, tuple) else (payload, [])
+            _discover(h, own_links, now)
             self.fetcher_heard_at = now
             result = h.complete(fetch_result(completion), now)
             if result.verdict is Acceptance.ACCEPTED:
