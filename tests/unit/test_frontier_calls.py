@@ -9,6 +9,7 @@ import pickle
 from pyflink.common import Row
 
 from udfs.config import load_config
+from udfs.core.frontier import HostFrontier
 
 from .test_config_keys import (  # noqa: F401  (world: the fixture)
     Answer,
@@ -38,9 +39,11 @@ def test_the_stored_host_is_the_live_one_after_every_call(world):  # noqa: F811
     def checked(h, before: int, now: float) -> None:
         save(h, before, now)
         calls[0] += 1
-        # What a restore would read is what the host would write now (nothing pending).
-        assert fn.host_state.value() == h.save(fn.url_state, fn.resident, fn.segments,
-                                               fn.robots_body)
+        # What a restore would read back (its value, URLs and robots.txt) is the live host.
+        restored = HostFrontier.load(h.host_key, fn.host_state.value(), fn.cfg, fn.url_state,
+                                     fn.resident, fn.segments, fn.url_state.items,
+                                     fn.resident.keys, fn.robots_body)
+        assert restored.snapshot() == h.snapshot()
 
     fn._save = checked
     with job.clock():
@@ -79,9 +82,9 @@ def test_a_completion_brings_its_own_hosts_urls_and_others_go_apart(world):  # n
     assert (OTHER, "D") in kinds
 
 
-def test_a_completion_in_flight_from_an_earlier_build_is_still_taken(world):  # noqa: F811
+def test_a_completion_alone_as_an_earlier_build_sent_it_is_still_taken(world):  # noqa: F811
     # Before completions brought their host's URLs along, the row held the completion
-    # alone (a checkpoint restored across the upgrade may hold one in flight).
+    # alone (defensive: aligned checkpoints keep no row in transit to the operator).
     cfg = load_config(env={}, overrides=["politeness.min_gap_s=1.0"])
     job = FrontierJob(cfg, world, lambda lease, job: None, lookahead=True)
     with job.clock():

@@ -118,3 +118,21 @@ def test_band_reads_a_bucket_size_once_and_a_restored_band_reads_it_again():
     assert run(restored, calls, "d", d) == "a"
     assert calls.count["value"] == 2 and calls.count["update"] == 2
     assert set(band.seen.data[near_key({"simhash": 0, "url_id": "a"}, 0)]) == {"a", "b"}
+
+
+def test_band_sizes_past_the_memory_bound_are_read_and_those_kept_stay_current(monkeypatch):
+    import udfs.frontier.index as index
+
+    monkeypatch.setattr(index, "_MAX_SIZES", 1)
+    calls = Calls()
+    band = NearDuplicateBand(0, max_bucket=2)
+    band.open(Context(calls))
+    a, far = 0, 1 << 63
+    assert run(band, calls, "a", a) is None  # a's bucket: its size kept (the only one)
+    assert run(band, calls, "far", far) is None  # no room: read from state each time
+    assert run(band, calls, "far2", far ^ 1) == "far"
+    assert calls.count["value"] == 3
+    assert run(band, calls, "b", a ^ 0b1) == "a"
+    assert run(band, calls, "c", a ^ 0b11) == "a"  # the bucket is full at 2: c not kept
+    assert calls.count["value"] == 3
+    assert set(band.seen.data[near_key({"simhash": 0, "url_id": "a"}, 0)]) == {"a", "b"}

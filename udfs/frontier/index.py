@@ -100,7 +100,7 @@ class NearDuplicateBand(KeyedProcessFunction):
                 self.seen.put(event["url_id"], event["simhash"])
                 size += 1
                 self.size.update(size)
-            if len(self.sizes) < _MAX_SIZES:
+            if row[0] in self.sizes or len(self.sizes) < _MAX_SIZES:  # never left stale
                 self.sizes[row[0]] = size
         if self.band < self.k:
             yield Row(near_key(event, self.band + 1, self.k), pickle.dumps(event))

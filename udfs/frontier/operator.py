@@ -178,9 +178,10 @@ class Intake(ProcessFunction):
                 yield Row(t.target, "S", pickle.dumps(t))
             else:
                 completion = records.COMPLETIONS.decode(self.reg, data)
-                # The URLs its fetch found (completion v4) to their hosts first, then the
-                # completion to its own host, without them; its own host's URLs go with
-                # it, admitted in the same call just before it (a call fewer per page).
+                # The URLs its fetch found (completion v4) to the other hosts first, then
+                # the completion (its `discovered` emptied) with its own host's URLs
+                # beside it, admitted in the same call just before it (a call fewer per
+                # page).
                 own = completion["host_key"]
                 own_links: list[NewUrl] = []
                 for found in records.found_records(completion):
@@ -366,8 +367,9 @@ class FrontierFunction(KeyedProcessFunction):
         elif row[1] == "S":  # a shard's answer to this owner's pull
             h.take_refill(payload, now)
         else:
-            # (completion, its own host's URLs); a completion alone from a build before
-            # them, should a restored checkpoint hold one in flight.
+            # (completion, its own host's URLs). A completion alone, as builds before
+            # them sent it, is taken too: defensive, since checkpoints are aligned and
+            # keep no row in transit between the intake and here.
             completion: records.Completion
             completion, own_links = payload if isinstance(payload, tuple) else (payload, [])
             _discover(h, own_links, now)
