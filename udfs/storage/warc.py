@@ -47,7 +47,6 @@ import io
 import json
 import re
 import uuid
-import zlib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
@@ -200,7 +199,7 @@ def _response_member(rec, payload: bytes, level: int) -> tuple[bytes, bytes | No
         return deflate.gzip_of(data, level), None  # (not laid out as expected: whole)
     body = deflate.piece(payload, level)
     pieces = (deflate.piece(data[:start], level), body, deflate.stored(END_OF_RECORD))
-    return deflate.member(pieces, zlib.crc32(data), len(data)), body
+    return deflate.member(pieces, deflate.crc32(data), len(data)), body
 
 
 _BUILDER = RecordBuilder(warc_version=WARC_VERSION)
