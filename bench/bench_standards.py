@@ -11,24 +11,29 @@ urllib.robotparser, a whole-tree lxml parse) so the ratio is what to compare.
 
 from __future__ import annotations
 
+import asyncio
 import gzip
 import hashlib
+import os
 import random
 import sys
+import time
 import urllib.robotparser
 import zlib
 from pathlib import Path
 from urllib.parse import urljoin
 
+import psutil
 from lxml import etree
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench._results import record, timed  # noqa: E402
 from crawler.testkit.synthetic_web import SyntheticWeb, build_sites  # noqa: E402
-from udfs.core.parse import parse_html  # noqa: E402
+from udfs.core.parse import ParseLimits, parse_html  # noqa: E402
 from udfs.core.robots import parse_robots  # noqa: E402
 from udfs.core.sitemaps import parse_sitemap  # noqa: E402
 from udfs.core.urls import normalize_url  # noqa: E402
+from udfs.parser.stage import ParseStage  # noqa: E402
 from udfs.storage import warc  # noqa: E402
 from udfs.storage.deflate import gzip_of, piece  # noqa: E402
 from udfs.storage.warc import Exchange, Fetch, build_records  # noqa: E402
@@ -263,9 +268,65 @@ def bench_deflate() -> list[tuple[str, str]]:
     return rows
 
 
+def _stage_run(keep_heap: bool, pages: list[tuple[bytes, str]]) -> tuple[float, float, float]:
+    """(parser CPU ms, this process's CPU ms, parser page faults) per page, one parser."""
+    stage = ParseStage(ParseLimits(workers=1), "FlinkCrawler", keep_heap=keep_heap)
+
+    async def go() -> tuple[float, float, float]:
+        for body, url in pages[:50]:  # warm: imports done, the heap grown
+            await stage.parse(body, url, [])
+        (parser,) = stage._live
+        child = psutil.Process(parser.proc.pid)
+        c0, m0 = child.cpu_times(), os.times()
+        faults0 = _minflt(parser.proc.pid)
+        for body, url in pages[50:]:
+            await stage.parse(body, url, [("Content-Type", "text/html")])
+        c1, m1 = child.cpu_times(), os.times()
+        n = len(pages) - 50
+        return ((c1.user + c1.system - c0.user - c0.system) / n * 1000,
+                (m1.user + m1.system - m0.user - m0.system) / n * 1000,
+                (_minflt(parser.proc.pid) - faults0) / n)
+
+    try:
+        return asyncio.run(go())
+    finally:
+        stage.close()
+
+
+def _minflt(pid: int) -> int:
+    with open(f"/proc/{pid}/stat") as f:
+        return int(f.read().rsplit(")", 1)[1].split()[7])
+
+
+def bench_parse_stage() -> list[tuple[str, str]]:
+    """The fetcher's parse stage (udfs/parser/stage.py): 20 KB pages of the synthetic web
+    through one parser process, its heap kept (the default) against glibc's own malloc
+    thresholds, alternating; beside parse_html in this process."""
+    web = SyntheticWeb(build_sites(40, seed=11, pages=(300, 360)), page_bytes=20_000)
+    pages = [(web.body_for(s, f"/p/{i}"), f"http://{s.name}/p/{i}")
+             for s in web.site_list for i in range(30)]
+    t0 = time.process_time()
+    for body, url in pages:
+        parse_html(body, url)
+    alone = (time.process_time() - t0) / len(pages) * 1000
+    runs: dict[bool, list[tuple[float, float, float]]] = {True: [], False: []}
+    for _round in range(2):
+        for keep in (True, False):
+            runs[keep].append(_stage_run(keep, pages))
+    best = {k: min(v) for k, v in runs.items()}
+    (kc, kp, kf), (gc_, gp, gf) = best[True], best[False]
+    return [("parse stage, synthetic web's 20 KB pages: parser CPU per page, heap kept "
+             "against glibc's thresholds",
+             f"{kc:.2f} vs {gc_:.2f} ms ({gc_ / kc:.2f}x); parse_html alone {alone:.2f} ms"),
+            ("parse stage: page faults per page in the parser, heap kept against glibc's",
+             f"{kf:.1f} vs {gf:.1f}"),
+            ("parse stage: the fetcher's own CPU per page handing a page over and back",
+             f"{kp:.2f} ms (with glibc's thresholds in the parser: {gp:.2f} ms)")]
+
+
 def main() -> None:
     rows = (bench_urls() + bench_robots() + bench_sitemaps() + bench_parse() + bench_keep()
-            + bench_deflate())
+            + bench_deflate() + bench_parse_stage())
     record("standards", "Web-standards layer (udfs/core: urls, robots, sitemaps, parse)", rows,
            notes="Single core, pure Python over ada-url (C++) and lxml (C). robotparser is "
                  "timed on the first 500 paths only (it scans every rule per check). Deflate: "

@@ -12,7 +12,7 @@ import psutil
 import pytest
 
 from udfs.core.parse import LimitKind, ParseLimits, limit_error, parse_deadline
-from udfs.parser.stage import ParseStage
+from udfs.parser.stage import ParseStage, _cpu_clock
 
 # 250 nested <div>s and then 200,000 text nodes: lxml parses it at once, but the text
 # extraction's ancestor test walks 250 levels per node (seconds of CPU; measured 8.6 s).
@@ -340,10 +340,52 @@ def test_a_parsers_cpu_time_is_its_user_plus_system_time_and_zero_once_gone():
         return (int(fields[11]) + int(fields[12])) / ticks  # utime + stime, no children
 
     try:
+        assert parser.clock is not None  # Linux: its CPU-time clock, not /proc read by psutil
         before = from_proc()
         assert before > 0  # its imports before "ready"
+        # /proc counts whole ticks (user and system apart); the clock, nanoseconds.
+        assert before - 2 / ticks <= parser.cpu_s() <= from_proc() + 2 / ticks
+        parser.clock = None  # where there is no such clock: psutil, from /proc
         eps = 1e-9  # psutil divides user and system ticks apart: a rounding apart
         assert before - eps <= parser.cpu_s() <= from_proc() + eps
     finally:
         parser.kill()
     assert parser.cpu_s() == 0.0
+    parser.clock = _cpu_clock(os.getpid())
+    assert parser.clock is not None and parser.cpu_s() > 0  # a live one's clock is read
+
+
+def _faults(pid: int) -> int:
+    with open(f"/proc/{pid}/stat") as f:
+        return int(f.read().rsplit(")", 1)[1].split()[7])  # minflt
+
+
+@pytest.mark.parametrize("keep_heap", [True, False])
+def test_a_parsers_heap_stays_mapped_between_pages(keep_heap):
+    """With glibc's own thresholds a parser's heap grew and shrank by hundreds of KB a page
+    (about 90 page faults a 20 KB page); the parser keeps it (a few a page)."""
+    from crawler.testkit.synthetic_web import SyntheticWeb, build_sites
+
+    web = SyntheticWeb(build_sites(10, seed=11, pages=(40, 50)), page_bytes=20_000)
+    pages = [(web.body_for(s, f"/p/{i}"), f"http://{s.name}/p/{i}")
+             for s in web.site_list for i in range(15)]
+    stage = ParseStage(ParseLimits(workers=1), "FlinkCrawler", keep_heap=keep_heap)
+
+    async def go() -> float:
+        for body, url in pages[:30]:  # the heap grows to what a page needs
+            await stage.parse(body, url, [])
+        (parser,) = stage._live
+        before = _faults(parser.proc.pid)
+        for body, url in pages[30:]:
+            assert (await stage.parse(body, url, [])).page is not None
+        return (_faults(parser.proc.pid) - before) / len(pages[30:])
+
+    try:
+        per_page = run(go())
+    finally:
+        stage.close()
+    print(f"{per_page:.1f} page faults a page")
+    if keep_heap:
+        assert per_page < 20
+    else:  # the baseline this guards against (glibc's own thresholds on this machine)
+        assert per_page > 40

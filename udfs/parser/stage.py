@@ -12,8 +12,8 @@ ParsedPage; the fetch engine's coroutine awaits it on a thread of this stage
 Limits (udfs.core.parse.ParseLimits, the `parse` configuration section):
 
 * CPU time: the thread that waits for a parser reads the process's CPU time (user +
-  system, by psutil: on Linux /proc/<pid>/stat) and kills it once the page has used
-  `cpu_limit_s` (or after the wall-clock cap); a new parser replaces it.
+  system: its CPU-time clock, or psutil where it has none) and kills it once the page
+  has used `cpu_limit_s` (or after the wall-clock cap); a new parser replaces it.
   The page ends as PARSE_TIMEOUT.
 * memory: each parser runs under RLIMIT_AS = `memory_limit_mb`; a MemoryError ends
   the page as PARSE_TIMEOUT and the parser is replaced (its heap may be in pieces).
@@ -101,19 +101,35 @@ def _read_exact(f, n: int) -> bytes | None:
     return bytes(buf)
 
 
+def _cpu_clock(pid: int) -> int | None:
+    """The CPU-time clock of process `pid` (POSIX clock_getcpuclockid), None where there
+    is none: read with clock_gettime in well under a microsecond, where psutil parses
+    /proc/<pid>/stat in about 20 (twice a page)."""
+    import ctypes
+
+    clock = ctypes.c_int()
+    try:
+        getter = ctypes.CDLL(None).clock_getcpuclockid
+    except (OSError, AttributeError):
+        return None
+    return clock.value if getter(pid, ctypes.byref(clock)) == 0 else None
+
+
 class _Parser:
     """One parser process and the parent's end of its pipes."""
 
     def __init__(self, limits: ParseLimits, user_agent: str, drop_params: tuple[str, ...],
-                 parse_delay_s: float, filters: tuple[str, ...] = ()) -> None:
+                 parse_delay_s: float, filters: tuple[str, ...] = (),
+                 keep_heap: bool = True) -> None:
         env = dict(os.environ)
         # The task's import path (PyFlink's worker adds the job's files to sys.path).
         env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "udfs.parser.stage", str(limits.memory_limit_mb),
-             str(os.getpid())],
+             str(os.getpid()), "keep-heap" if keep_heap else "glibc-heap"],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, close_fds=True)
         self.ps = psutil.Process(self.proc.pid)  # our child: its pid is not reused before wait()
+        self.clock = _cpu_clock(self.proc.pid)
         if self.proc.stdout is None or self.proc.stdin is None:  # pragma: no cover
             raise RuntimeError("the parser process has no pipes")
         self.fd = self.proc.stdout.fileno()
@@ -131,6 +147,11 @@ class _Parser:
 
     def cpu_s(self) -> float:
         """CPU seconds (user + system) the process has used; 0.0 when it is gone."""
+        if self.clock is not None:
+            try:
+                return time.clock_gettime(self.clock)
+            except OSError:  # it has ended
+                return 0.0
         try:
             times = self.ps.cpu_times()  # its own, not its children's
         except psutil.Error:
@@ -190,13 +211,14 @@ class ParseStage:
     def __init__(self, limits: ParseLimits, user_agent: str,
                  url_policy: UrlPolicy | None = None, parse_delay_s: float = 0.0,
                  filters: Sequence[str] = (),
-                 on_free: Callable[[], None] | None = None) -> None:
+                 on_free: Callable[[], None] | None = None, keep_heap: bool = True) -> None:
         self.limits = limits
         self.on_free = on_free  # called whenever a page or sitemap leaves the stage
         self.user_agent = user_agent
         self.filters = tuple(filters)  # parse.filters entries, loaded by each parser
         self.drop_params = tuple(url_policy.drop_params) if url_policy else ()
         self.parse_delay_s = parse_delay_s
+        self.keep_heap = keep_heap  # False: glibc's own malloc thresholds (a benchmark's baseline)
         self.executor = ThreadPoolExecutor(limits.workers, thread_name_prefix="parse")
         # One slot per parser: a thread takes one, (re)starts its process if needed.
         self._idle: SimpleQueue[_Parser | None] = SimpleQueue()
@@ -237,7 +259,7 @@ class ParseStage:
 
     def _start(self) -> _Parser:
         parser = _Parser(self.limits, self.user_agent, self.drop_params, self.parse_delay_s,
-                         self.filters)
+                         self.filters, self.keep_heap)
         with self._lock:
             self._live.add(parser)
             self.started += 1
@@ -325,12 +347,35 @@ def _die_with_parent(parent: int) -> None:
         os._exit(0)
 
 
-def _child(memory_mb: int, parent: int) -> None:
+# glibc's malloc in a parser: blocks from 4 MB are mapped apart (returned at once when
+# freed), smaller ones come from the heap, which gives back its free top only past 32
+# MB. With glibc's own thresholds a parser's heap grew and shrank by hundreds of KB a
+# page (SimHash's arrays, lxml's tree): ~90 page faults a page, a third of its CPU
+# (bench/RESULTS.md, parse stage). What stays mapped is bounded by RLIMIT_AS.
+MMAP_THRESHOLD = 4 << 20
+TRIM_THRESHOLD = 32 << 20
+
+
+def _keep_heap() -> None:
+    """Set the malloc thresholds above (glibc only; elsewhere malloc is left as it is)."""
+    import ctypes
+
+    try:
+        mallopt = ctypes.CDLL(None).mallopt
+    except (OSError, AttributeError):
+        return
+    mallopt(-3, MMAP_THRESHOLD)  # M_MMAP_THRESHOLD
+    mallopt(-1, TRIM_THRESHOLD)  # M_TRIM_THRESHOLD
+
+
+def _child(memory_mb: int, parent: int, keep_heap: bool = True) -> None:
     """A parser process: pages in on stdin, ParsedPages out on stdout, until EOF."""
     import resource
     import signal
 
     _die_with_parent(parent)
+    if keep_heap:
+        _keep_heap()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the task stops it, not a Ctrl-C
     limit = memory_mb * 1024 * 1024
     resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
@@ -398,4 +443,4 @@ def _child(memory_mb: int, parent: int) -> None:
 
 
 if __name__ == "__main__":
-    _child(int(sys.argv[1]), int(sys.argv[2]))
+    _child(int(sys.argv[1]), int(sys.argv[2]), sys.argv[3:4] != ["glibc-heap"])
