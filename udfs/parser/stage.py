@@ -350,7 +350,7 @@ def _die_with_parent(parent: int) -> None:
 # glibc's malloc in a parser: blocks from 4 MB are mapped apart (returned at once when
 # freed), smaller ones come from the heap, which gives back its free top only past 32
 # MB. With glibc's own thresholds a parser's heap grew and shrank by hundreds of KB a
-# page (SimHash's arrays, lxml's tree): ~90 page faults a page, a third of its CPU
+# page (SimHash's arrays, lxml's tree): ~90 page faults a page, a quarter of its CPU
 # (bench/RESULTS.md, parse stage). What stays mapped is bounded by RLIMIT_AS.
 MMAP_THRESHOLD = 4 << 20
 TRIM_THRESHOLD = 32 << 20
