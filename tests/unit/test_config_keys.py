@@ -998,7 +998,7 @@ def p_lookahead(cfg, w):
 
 def p_leases_out(cfg, w):
     """Page leases of one host out at once when none comes back (within 20 s)."""
-    job = crawl(cfg, w, [seeds(*(f"/{i}" for i in range(8)))], 20, answer_none,
+    job = crawl(cfg, w, [seeds(*(f"/{i}" for i in range(16)))], 20, answer_none,
                 lookahead=True)
     return sum(1 for lease in job.leases if lease["kind"] == "PAGE")
 
@@ -2134,7 +2134,8 @@ EFFECTS: dict[str, Effect] = {
                                      base=tuple(LOOPBACK_NETS)),
     "fetch.hold_s": Effect(p_hold, 1.6, lambda d, c, ch: (d, c) == ("OK", "NOT_SENT"),
                            "a lease whose turn is further away than hold_s is not sent",
-                           base=tuple(LOOPBACK_NETS)),
+                           # (hold_s must exceed the look-ahead: a shorter one for both)
+                           base=(*LOOPBACK_NETS, "frontier.lookahead_s=1.5")),
     # faults
     "faults.crash_after_response": Effect(p_crash, "/page",
                                           lambda d, c, ch: (d, c) == ("OK", "InjectedCrash"),

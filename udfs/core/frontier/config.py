@@ -38,8 +38,8 @@ class FrontierConfig:
     # not_before and enforces the gap at request time), so that a host's pace is not
     # the round trip of lease and completion. Up to max_lookahead_leases beyond the
     # host's in-flight limit, each due within lookahead_s. 0 and 0: one lease at a time.
-    lookahead_s: float = 1.5
-    max_lookahead_leases: int = 3
+    lookahead_s: float = 2.5
+    max_lookahead_leases: int = 10
     max_grants_per_call: int = 16  # leases per call of the frontier operator, per host
     clock_idle_ms: int = 1000  # the frontier job's crawl clock (see the defaults file)
     clock_topic: str = ""
