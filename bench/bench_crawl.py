@@ -409,14 +409,16 @@ def main() -> None:
             (f"{sites} sites: politeness violations, this crawler", f"{ours_v} {ours_kinds}"),
             (f"{sites} sites: politeness violations, Scrapy", f"{theirs_v} {theirs_kinds}"),
         ]
-        for v, ((pages, violations, _kinds), secs, parts) in other:
-            rate = pages / secs
+        for v, ((got, violations, _kinds), secs, parts) in other:  # (not `pages`: the range)
+            rate = got / secs
             rows += [
                 (f"{sites} sites, {','.join(v)}: pages/s (ratio to Scrapy)",
                  f"{rate:,.1f} ({rate / max(theirs_rate, 1e-9):.2f})"),
                 (f"{sites} sites, {','.join(v)}: CPU ms per page (by part)",
-                 f"{cpu_by_part(parts, pages)}; violations {violations}"),
+                 f"{cpu_by_part(parts, got)}; violations {violations}"),
             ]
+        for name, value in rows[-(len(other) * 2 + 10):]:  # this size's, at once: a later
+            print(f"  {name}: {value}", flush=True)  # size's failure keeps them
     record("crawl", "The whole crawl vs Scrapy on the synthetic web", rows,
            notes="Same web (seed), same per-host politeness settings: 1 in flight, the same "
                  "delay, robots.txt obeyed. The oracle holds both to each host's own policy, "
