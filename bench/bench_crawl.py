@@ -417,7 +417,7 @@ def main() -> None:
                 (f"{sites} sites, {','.join(v)}: CPU ms per page (by part)",
                  f"{cpu_by_part(parts, got)}; violations {violations}"),
             ]
-        for name, value in rows[-(len(other) * 2 + 10):]:  # this size's, at once: a later
+        for name, value in rows[-(len(other) * 2 + 9):]:  # this size's, at once: a later
             print(f"  {name}: {value}", flush=True)  # size's failure keeps them
     record("crawl", "The whole crawl vs Scrapy on the synthetic web", rows,
            notes="Same web (seed), same per-host politeness settings: 1 in flight, the same "
