@@ -392,6 +392,7 @@ def main() -> None:
                                   args.page_bytes, args.checkpoint_ms, v,
                                   warmup=args.warmup, pages=pages))
                      for i, v in enumerate(variants)]
+        start = len(rows)  # this size's rows, printed once it is done
         ours_cpu = sum(ours_parts.values())
         ours_rate, theirs_rate = ours / ours_s, theirs / theirs_s
         ours_ms, theirs_ms = 1000 * ours_cpu / max(ours, 1), 1000 * theirs_cpu / max(theirs, 1)
@@ -417,8 +418,8 @@ def main() -> None:
                 (f"{sites} sites, {','.join(v)}: CPU ms per page (by part)",
                  f"{cpu_by_part(parts, got)}; violations {violations}"),
             ]
-        for name, value in rows[-(len(other) * 2 + 9):]:  # this size's, at once: a later
-            print(f"  {name}: {value}", flush=True)  # size's failure keeps them
+        for name, value in rows[start:]:  # at once: a later size's failure keeps them
+            print(f"  {name}: {value}", flush=True)
     record("crawl", "The whole crawl vs Scrapy on the synthetic web", rows,
            notes="Same web (seed), same per-host politeness settings: 1 in flight, the same "
                  "delay, robots.txt obeyed. The oracle holds both to each host's own policy, "

@@ -62,7 +62,9 @@ CRASH_AT = r"site6.test:[0-9]+/p/9$|site10.test:[0-9]+/p/4$"
 DROP_AT = r"site4.test:[0-9]+/p/7$|site8.test:[0-9]+/p/11$"
 # Host controls: one host paused, one slowed (plain sites: no calendar trap, no faults).
 PAUSED_SITE, SLOWED_SITE, SLOW_GAP_S = "site1.test", "site11.test", 3.0
-SETTLE_S = 5.0  # leases already out when a command lands: in flight + look-ahead
+# Leases already out when a command lands: in flight + look-ahead (up to 2.5 s of a
+# 0.2 s-gap host's turns), stretched by the fetches' own pace on a slow machine.
+SETTLE_S = 8.0
 
 
 def build_with_added_fields(dest: Path) -> Path:

@@ -9,7 +9,7 @@ produced). A member (RFC 1952) is a header, the pieces, an empty final block, an
 CRC-32 and length of all the uncompressed bytes.
 
 Deflate and CRC-32 come from zlib-ng (its `zlib` module, the same API and the same
-format): at level 6 it compresses a 20 KB page in about half zlib's time to within
+format): at level 6 it compresses a 20 KB page in 0.6-0.8 of zlib's time to within
 0.2% of its size (bench/RESULTS.md, "Deflate"). Any gzip reader reads its members.
 """
 
@@ -25,7 +25,7 @@ from zlib_ng import zlib_ng as zlib
 HEADER = b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\xff"
 FINAL_BLOCK = b"\x03\x00"  # an empty final block (fixed Huffman codes)
 SYNC_MARK = b"\x00\x00\xff\xff"  # the empty stored block a sync flush ends with
-crc32 = zlib.crc32  # a member's checksum (zlib-ng's: several times faster than zlib's)
+crc32 = zlib.crc32  # a member's checksum (zlib-ng's: 0.6 against 4.7 us for 20 KB here)
 
 
 def piece(data: bytes, level: int) -> bytes:
