@@ -101,18 +101,26 @@ def _read_exact(f, n: int) -> bytes | None:
     return bytes(buf)
 
 
+def _libc_function(name: str) -> Any:
+    """A function of the C library this process runs on, None where it has none."""
+    import ctypes
+
+    try:
+        return getattr(ctypes.CDLL(None, use_errno=True), name)
+    except (OSError, AttributeError):
+        return None
+
+
 def _cpu_clock(pid: int) -> int | None:
     """The CPU-time clock of process `pid` (POSIX clock_getcpuclockid), None where there
     is none: read with clock_gettime in well under a microsecond, where psutil parses
     /proc/<pid>/stat in about 20 (twice a page)."""
     import ctypes
 
-    clock = ctypes.c_int()
-    try:
-        getter = ctypes.CDLL(None).clock_getcpuclockid
-    except (OSError, AttributeError):
+    getter, clock = _libc_function("clock_getcpuclockid"), ctypes.c_int()
+    if getter is None or getter(pid, ctypes.byref(clock)) != 0:
         return None
-    return clock.value if getter(pid, ctypes.byref(clock)) == 0 else None
+    return clock.value
 
 
 class _Parser:
@@ -336,13 +344,12 @@ class ParseStage:
 def _die_with_parent(parent: int) -> None:
     """Linux: SIGKILL this process when the thread that started it ends (a task killed
     with -9 leaves no parser behind, even one inside a long parse)."""
-    import ctypes
     import signal
 
-    try:
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):  # not Linux: the parser still ends at EOF
+    prctl = _libc_function("prctl")
+    if prctl is None:  # not Linux: the parser still ends at EOF
         return
+    prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
     if os.getppid() != parent:  # the parent ended before prctl took effect
         os._exit(0)
 
@@ -358,11 +365,8 @@ TRIM_THRESHOLD = 32 << 20
 
 def _keep_heap() -> None:
     """Set the malloc thresholds above (glibc only; elsewhere malloc is left as it is)."""
-    import ctypes
-
-    try:
-        mallopt = ctypes.CDLL(None).mallopt
-    except (OSError, AttributeError):
+    mallopt = _libc_function("mallopt")
+    if mallopt is None:
         return
     mallopt(-3, MMAP_THRESHOLD)  # M_MMAP_THRESHOLD
     mallopt(-1, TRIM_THRESHOLD)  # M_TRIM_THRESHOLD

@@ -10,7 +10,7 @@ CRC-32 and length of all the uncompressed bytes.
 
 Deflate and CRC-32 come from zlib-ng (its `zlib` module, the same API and the same
 format): at level 6 it compresses a 20 KB page in 0.6-0.8 of zlib's time to within
-0.2% of its size (bench/RESULTS.md, "Deflate"). Any gzip reader reads its members.
+0.2% of its size (bench/RESULTS.md, the "deflate level" rows). Any gzip reader reads its members.
 """
 
 from __future__ import annotations
