@@ -217,7 +217,7 @@ class Watcher:
     """Reads the index, lease, completion and dead-letter topics from the start
     (committed data only)."""
 
-    def __init__(self, cfg: Config, keep_leases: bool = False) -> None:
+    def __init__(self, cfg: Config, keep_records: bool = False) -> None:
         from kafka import KafkaConsumer
 
         self.reg = registry()
@@ -230,8 +230,10 @@ class Watcher:
             isolation_level="read_committed", consumer_timeout_ms=200)
         self.progress = Progress()
         self.events: list[dict] = []
-        self.keep_leases = keep_leases
-        self.leases: list[dict] = []  # in topic order per partition, if keep_leases
+        self.keep_records = keep_records
+        # in topic order per partition, if keep_records (a test's account of a URL)
+        self.leases: list[dict] = []
+        self.completions: list[dict] = []
 
     def poll(self) -> Progress:
         p = self.progress
@@ -249,13 +251,15 @@ class Watcher:
                 p.hosts.add(rec["host_key"])
                 p.host_pace[rec["host_key"]] = (time.monotonic(), rec["gap_s"],
                                                 rec["max_in_flight"])
-                if self.keep_leases:
+                if self.keep_records:
                     self.leases.append(rec)
             elif schema == "dead_letter":
                 kind = rec["error_type"] or "unknown"
                 p.refused[kind] = p.refused.get(kind, 0) + 1
             else:
                 p.completions += 1
+                if self.keep_records:
+                    self.completions.append(rec)
                 p.outcomes[rec["outcome"]] = p.outcomes.get(rec["outcome"], 0) + 1
                 if rec["outcome"] != "NOT_SENT":
                     p.fetched_at.append(time.monotonic())

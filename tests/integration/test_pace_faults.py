@@ -32,8 +32,7 @@ class Duplicator:
 
     def __init__(self, cfg, topics: list[str]) -> None:
         self.consumer = KafkaConsumer(*topics, bootstrap_servers=cfg["kafka.bootstrap_servers"],
-                                      auto_offset_reset="earliest", enable_auto_commit=False,
-                                      consumer_timeout_ms=200)
+                                      auto_offset_reset="earliest", enable_auto_commit=False)
         self.producer = KafkaProducer(bootstrap_servers=cfg["kafka.bootstrap_servers"])
         self.copies = 0
         self.stopped = False
@@ -44,9 +43,11 @@ class Duplicator:
     def _run(self) -> None:
         pending: list[tuple[float, object]] = []
         while not self.stopped:
-            for m in self.consumer:
-                if DUPLICATE not in (m.headers or []):
-                    pending.append((time.monotonic() + self.rng.random() * 2, m))
+            # poll, not the consumer's iterator: that one returns only after 200 ms
+            # without a record, and copies waited for such a lull (up to 3.4 s late)
+            for batch in self.consumer.poll(timeout_ms=100).values():
+                pending += [(time.monotonic() + self.rng.random() * 2, m) for m in batch
+                            if DUPLICATE not in (m.headers or [])]
             now = time.monotonic()
             for _due, m in [p for p in pending if p[0] <= now]:
                 self.producer.send(m.topic, m.value, key=m.key, headers=[DUPLICATE])
@@ -78,13 +79,25 @@ def wait_for(predicate, timeout_s: float, jobs: list[JobProcess], what: str,
     raise AssertionError(f"timed out waiting for {what}{detail()}")
 
 
-def missing_detail(expected: set[str], watcher: Watcher) -> str:
-    """The pages not indexed yet, with the leases the topic holds for them: what a timeout
-    needs to say whether a page was never leased, leased and lost, or leased again."""
+def missing_detail(expected: set[str], watcher: Watcher, web: SyntheticWeb,
+                   phases: list[tuple[str, float]]) -> str:
+    """The pages not indexed yet, with their leases, completions and requests (wall-clock
+    ms, as in lease ids) and when each fault came: what a timeout needs to say whether a
+    page was never leased, leased and never sent, sent and its completion lost, or
+    refused by the frontier."""
     missing = sorted(expected - watcher.progress.urls)
-    leased = {u: [(r["url_version"], r["attempt"], r["kind"], r["lease_id"][-20:])
-                  for r in watcher.leases if r["url"] == u] for u in missing[:20]}
-    return f"; {len(missing)} not indexed, first ones with their leases: {leased}"
+    wall = time.time() - time.monotonic()  # the web's log is on the monotonic clock
+    account = {u: {
+        "leases": [(r["url_version"], r["attempt"], r["kind"], r["lease_id"][-20:],
+                    r["prev_lease_id"] and r["prev_lease_id"][-20:])
+                   for r in watcher.leases if r["url"] == u],
+        "completions": [(c["url_version"], c["attempt"], c["outcome"], c["lease_id"][-20:],
+                         c["fetched_at_ms"], c["error"]) for c in watcher.completions
+                        if c["url"] == u],
+        "requests": [(int((q.start + wall) * 1000), q.status) for q in list(web.log)
+                     if q.host + q.path == u]} for u in missing[:5]}
+    return (f"; {len(missing)} not indexed; faults at {[(n, int(t * 1000)) for n, t in phases]}"
+            f"; the first ones: {account}")
 
 
 @pytest.mark.timeout(900)
@@ -114,12 +127,13 @@ def test_duplicated_records_and_restores_from_older_checkpoints_keep_politeness(
     expected = {hk + p for hk, s in sites.items()
                 for p in ["/", *(f"/p/{i}" for i in range(s.pages))]}
     watcher = duplicator = None
+    phases: list[tuple[str, float]] = []  # (fault, wall-clock time)
     try:
         for job in jobs.values():
             job.start()
         duplicator = Duplicator(cfg, [topic["leases"], topic["completions"]])
         publish_seeds(run_cfg, [hk + "/" for hk in sites])
-        watcher = Watcher(run_cfg, keep_leases=True)
+        watcher = Watcher(run_cfg, keep_records=True)
         live = list(jobs.values())
         wait_for(lambda: len(watcher.poll().urls) >= len(expected) // 4 and
                  len(checkpoints(ck["frontier"])) >= 1, 300, live, "a quarter of the pages")
@@ -127,6 +141,7 @@ def test_duplicated_records_and_restores_from_older_checkpoints_keep_politeness(
         # kill -9 of the frontier; restore it from its last checkpoint while the fetcher
         # keeps running with the leases the lost epoch granted.
         jobs["frontier"].kill()
+        phases.append(("frontier killed", time.time()))
         older = checkpoints(ck["frontier"])[-1]
         jobs["frontier"] = JobProcess("frontier", jobs["frontier"].overrides,
                                       tmp_path / "frontier-2.log", from_checkpoint=str(older))
@@ -138,13 +153,14 @@ def test_duplicated_records_and_restores_from_older_checkpoints_keep_politeness(
         # kill -9 of the fetcher; restore it from its last checkpoint: it reads again the
         # leases since, which the killed one may have sent, and must not send them.
         jobs["fetcher"].kill()
+        phases.append(("fetcher killed", time.time()))
         jobs["fetcher"] = JobProcess(
             "fetcher", jobs["fetcher"].overrides, tmp_path / "fetcher-2.log",
             from_checkpoint=str(checkpoints(ck["fetcher"])[-1]))
         jobs["fetcher"].start()
         live = list(jobs.values())
         wait_for(lambda: expected <= watcher.poll().urls, 420, live, "every page",
-                 lambda: missing_detail(expected, watcher))
+                 lambda: missing_detail(expected, watcher, web, phases))
     finally:
         if duplicator:
             duplicator.stop()

@@ -60,6 +60,19 @@ def test_replayed_duplicate_and_orphaned_leases_are_not_sent():
     assert Skip.UNKNOWN_PREDECESSOR in REPORTED
 
 
+def test_a_lease_reported_not_sent_is_not_sent_when_a_copy_comes_later():
+    """A copy of a lease arrives before its predecessor (another partition, at-least-once
+    delivery): it is refused and reported NOT_SENT, and the frontier takes it back. The
+    predecessor then arrives, and the original of the refused lease: a duplicate, not
+    sent; a follower of the refused one is refused too."""
+    q = queues()
+    a, b = lease("a"), lease("b", nb=1.0, prev="a")
+    assert q.admit(b, 0.0) is Skip.UNKNOWN_PREDECESSOR
+    assert q.admit(a, 0.1) is None
+    assert q.admit(b, 0.2) is Skip.DUPLICATE
+    assert q.admit(lease("c", nb=2.0, prev="b"), 0.3) is Skip.UNKNOWN_PREDECESSOR
+
+
 def test_retry_after_throttle_expiry_and_hold_limits():
     q = queues()
     a, b = lease("a"), lease("b", nb=1.0, prev="a")

@@ -26,6 +26,7 @@ from udfs.core.frontier import (
     Outcome,
     UrlStatus,
 )
+from udfs.core.frontier.hearing import SILENCE_S, FetcherHearing
 from udfs.core.politeness import HostPolicy
 from udfs.core.recrawl import Change, RecrawlPolicy
 from udfs.core.robots_state import RobotsPolicy
@@ -268,29 +269,70 @@ def test_lease_expiry_is_bounded_then_the_url_is_parked_not_lost():
 
 
 def test_a_lease_that_expires_while_the_fetcher_is_silent_spends_no_attempt():
-    """Expiries after the frontier last heard from the fetcher (down, cut off) re-let the
+    """Expiries of leases issued while the fetcher was silent (down, cut off) re-let the
     URL with its attempt unspent, as often as they come; once the fetcher is heard
-    after a lease was issued, its expiry counts again, up to the park."""
+    again, the expiries of leases issued after that count again, up to the park."""
     h = host()
     t = with_robots(h, urls=[H + "/a"])
     now = t
-    heard = t - 1  # nothing heard from the fetcher since before the first lease
+    hearing = FetcherHearing()
+    hearing.heard(t - SILENCE_S - 1)  # nothing heard for longer than a silence
     for _ in range(2 * CFG.max_lease_attempts):
-        lease = h.poll(now, fetcher_heard_at=heard)
+        lease = h.poll(now, hearing=hearing)
         assert lease.attempt == 1
         now = lease.expires_at
     assert h.stats["leases_expired_unheard"] == 2 * CFG.max_lease_attempts - 1
-    # Heard from after the last one was issued: each expiry is the URL's own, from
-    # that one on.
+    # The fetcher is back: the last of those, issued while it was silent, is re-let
+    # unspent too; the expiries of leases issued from now on are the URL's own.
+    hearing.heard(now)
+    assert h.poll(now, hearing=hearing).attempt == 1
+    now += CFG.lease_timeout_s
     for attempt in range(2, CFG.max_lease_attempts + 1):
-        h.expire(now, fetcher_heard_at=now)
-        lease = h.poll(now, fetcher_heard_at=now)
+        hearing.heard(now)
+        lease = h.poll(now, hearing=hearing)
         assert lease.attempt == attempt
         now = lease.expires_at
-    h.expire(now, fetcher_heard_at=now)
+    hearing.heard(now)
+    h.expire(now, hearing)
     u = h.urls[lease.url_id]
     assert u.status is UrlStatus.PARKED and "lease expired 3 times" in u.park_reason
     assert h.check_invariants() == []
+
+
+def test_a_lease_issued_during_a_fetcher_restart_spends_no_attempt_when_it_is_back():
+    """The fetcher is killed, and its restart takes longer than a silence: a lease issued
+    after the last completion it wrote is never sent (the new incarnation skips leases
+    issued before it started) and expires after the fetcher is back and heard from. Its
+    expiry spends no attempt (it did, before the frontier remembered past silences).
+    A lease the fetcher had and completions followed (it may have died of it) spends
+    one; so does one issued after the fetcher is back."""
+    def attempt_spent(last_s: float, back_s: float) -> bool:
+        """A lease issued at t; the killed fetcher's last completion at t + last_s, the
+        new incarnation's first at t + back_s."""
+        h = host()
+        t = with_robots(h, urls=[H + "/a"])
+        lease = h.poll(t)
+        hearing = FetcherHearing()
+        hearing.heard(t + last_s)
+        back = t + back_s
+        while back <= lease.expires_at:  # and it keeps working: a completion a second
+            hearing.heard(back)
+            back += 1.0
+        h.expire(lease.expires_at, hearing)
+        return h.urls[lease.url_id].attempt == 1
+
+    assert not attempt_spent(-1.0, SILENCE_S + 30)
+    assert attempt_spent(1.0, SILENCE_S + 30)
+    assert attempt_spent(-SILENCE_S - 30, -1.0)
+    # A late copy of a completion written before the lease says nothing about now.
+    h = host()
+    t = with_robots(h, urls=[H + "/a"])
+    hearing = FetcherHearing()
+    hearing.heard(t - 1)
+    lease = h.poll(t)
+    hearing.heard(t - 0.5)  # (arrived after the lease was issued)
+    h.expire(lease.expires_at, hearing)
+    assert h.urls[lease.url_id].attempt == 0
 
 
 # -- item 3: outcomes ------------------------------------------------------------------

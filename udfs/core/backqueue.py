@@ -81,7 +81,10 @@ class Slot:
     # After a 429/503, leases granted before the frontier had seen it (a lower
     # throttle_seq) are not sent: it is backing off and will grant afresh.
     halt_seq: int = 0
-    admitted: OrderedDict[str, None] = field(default_factory=OrderedDict)  # recent ids
+    # Recent lease ids seen, each True if admitted, False if refused at sight (its
+    # predecessor unknown, reported NOT_SENT): a later copy of either is a duplicate,
+    # so a lease reported not sent is never sent after all.
+    admitted: OrderedDict[str, bool] = field(default_factory=OrderedDict)
     last_used: float = 0.0
 
 
@@ -116,12 +119,11 @@ class BackQueues:
         s.last_used = now
         if lease.lease_id in s.admitted:
             return Skip.DUPLICATE
-        if lease.prev_lease_id is not None and lease.prev_lease_id not in s.admitted:
-            return Skip.UNKNOWN_PREDECESSOR
-        s.admitted[lease.lease_id] = None
+        known = lease.prev_lease_id is None or s.admitted.get(lease.prev_lease_id, False)
+        s.admitted[lease.lease_id] = known
         while len(s.admitted) > self.remember:
             s.admitted.popitem(last=False)
-        return None
+        return None if known else Skip.UNKNOWN_PREDECESSOR
 
     def wait(self, lease: LeaseTiming, now: float) -> float | Skip | None:
         """Seconds until the lease may be sent (0: now); None: a request to the host is in

@@ -39,6 +39,7 @@ from udfs.core.frontier import (
     Kind,
     url_from_saved,
 )
+from udfs.core.frontier.hearing import FetcherHearing
 from udfs.core.recrawl import Dup
 from udfs.core.shards import ShardQueue, Transfer, shard_trap_policy
 from udfs.core.traps import DailyBudget
@@ -260,11 +261,11 @@ class FrontierFunction(KeyedProcessFunction):
         # The timer each cached host has armed and not yet seen fire, so that a call
         # that ends with the same wake time does not ask the JVM for it again.
         self.armed: dict[str, int] = {}
-        # When this subtask last heard from the fetcher (a completion of any of its
-        # hosts; from its first call until one comes): a lease issued after it that
-        # expires spends no attempt (Completions.expire). In memory: a restored subtask
-        # starts from its first call.
-        self.fetcher_heard_at: float | None = None
+        # What this subtask heard from the fetcher (completions of any of its hosts, at
+        # the times the fetcher wrote them): an expiry spends an attempt only if the
+        # fetcher was alive when its lease was issued (udfs/core/frontier/hearing.py).
+        # In memory: a restored subtask takes the fetcher as alive until its first call.
+        self.hearing = FetcherHearing()
 
     def close(self) -> None:
         self.metrics.batch.flush()
@@ -311,10 +312,9 @@ class FrontierFunction(KeyedProcessFunction):
 
     def _finish(self, h: HostFrontier, before: int, now: float, ctx):
         """Grant what the host allows now, save, and arm the next timer."""
-        if self.fetcher_heard_at is None:
-            self.fetcher_heard_at = now
+        self.hearing.started(now)  # (only its first call counts)
         for _ in range(self.cfg.max_grants_per_call):
-            lease = h.poll(now, self.fetch_budget, self.fetcher_heard_at)
+            lease = h.poll(now, self.fetch_budget, self.hearing)
             if lease is None:
                 break
             if lease.kind is not Kind.ROBOTS and h.gate.state.fetched_at is not None:
@@ -373,7 +373,7 @@ class FrontierFunction(KeyedProcessFunction):
             completion: records.Completion
             completion, own_links = payload if isinstance(payload, tuple) else (payload, [])
             _discover(h, own_links, now)
-            self.fetcher_heard_at = now
+            self.hearing.heard(min(now, completion["fetched_at_ms"] / 1000.0))
             result = h.complete(fetch_result(completion), now)
             if result.verdict is Acceptance.ACCEPTED:
                 if result.index:

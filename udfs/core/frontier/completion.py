@@ -15,6 +15,7 @@ from collections.abc import Callable
 from udfs.core.backqueue import Skip  # the fetcher's reasons for not sending a lease
 from udfs.core.frontier.cold import ColdWindow
 from udfs.core.frontier.config import RECENT_OUTCOMES, FrontierConfig
+from udfs.core.frontier.hearing import FetcherHearing
 from udfs.core.frontier.leasing import LeaseBook
 from udfs.core.frontier.pacer import Pacer
 from udfs.core.frontier.queue import UrlQueue
@@ -140,17 +141,18 @@ class Completions:
         return CompletionResult(Acceptance.ACCEPTED, url=lease.url, discovered=found,
                                 reason=f"robots {self.gate.state.status.value}")
 
-    def expire(self, now: float, fetcher_heard_at: float | None = None) -> list[Lease]:
+    def expire(self, now: float, hearing: FetcherHearing | None = None) -> list[Lease]:
         """Expire overdue leases: re-let their URLs (attempt + 1) or park them.
 
-        `fetcher_heard_at`: when this frontier last heard from the fetcher (a completion
-        of any host). A lease issued after that expired while the fetcher was silent:
-        down, restarting, cut off. Its URL is not at fault, so the expiry spends no
-        attempt; otherwise an outage longer than max_lease_attempts lease timeouts
-        would park every URL leased during it (a week at the defaults). A lease whose
-        fetch kills the fetcher still spends its attempts while other hosts' completions
-        come in between its restarts. None: every expiry spends one. Either way the URL
-        is re-let only now, after its expiry: politeness is the same."""
+        `hearing`: what this frontier heard from the fetcher (udfs/core/frontier/
+        hearing.py). A lease issued while the fetcher was silent (down, restarting, cut
+        off) expired without its URL being at fault, so the expiry spends no attempt;
+        otherwise an outage longer than max_lease_attempts lease timeouts would park
+        every URL leased during it (a week at the defaults), and a restart that takes
+        longer than a lease timeout spends one for every lease issued meanwhile. A lease
+        whose fetch kills the fetcher was issued while it was alive: it still spends its
+        attempts. None: every expiry spends one. Either way the URL is re-let only now,
+        after its expiry: politeness is the same."""
         expired = self.leases.overdue(now)
         for lease in expired:
             self._count("leases_expired")
@@ -162,7 +164,7 @@ class Completions:
                 continue
             self.queue.dirty.add(u.url_id)
             u.lease_id = None
-            if fetcher_heard_at is not None and lease.issued_at > fetcher_heard_at:
+            if hearing is not None and hearing.silent_at(lease.issued_at):
                 self._count("leases_expired_unheard")
                 u.attempt -= 1  # the re-let adds it back: the fetcher was silent
             if u.attempt < self.cfg.max_lease_attempts:

@@ -25,6 +25,7 @@ from udfs.core.frontier.admission import Admitter
 from udfs.core.frontier.cold import ColdWindow
 from udfs.core.frontier.completion import Completions
 from udfs.core.frontier.config import FrontierConfig
+from udfs.core.frontier.hearing import FetcherHearing
 from udfs.core.frontier.leasing import LeaseBook
 from udfs.core.frontier.pacer import Pacer
 from udfs.core.frontier.queue import UrlQueue
@@ -151,10 +152,10 @@ class HostFrontier:
 
     # -- leasing --------------------------------------------------------------
 
-    def expire(self, now: float, fetcher_heard_at: float | None = None) -> list[Lease]:
+    def expire(self, now: float, hearing: FetcherHearing | None = None) -> list[Lease]:
         """Expire overdue leases: re-let their URLs (attempt + 1) or park them; one issued
-        after `fetcher_heard_at` spends no attempt (see Completions.expire)."""
-        return self.ends.expire(now, fetcher_heard_at)
+        while the fetcher was silent spends no attempt (see Completions.expire)."""
+        return self.ends.expire(now, hearing)
 
     def ready_at(self, now: float) -> float:
         """The earliest time the host's tokens allow a request (ignoring the queue)."""
@@ -164,10 +165,10 @@ class HostFrontier:
         return not self.paused and self.pacer.tokens_free(now, self.leases.out)
 
     def poll(self, now: float, global_budget: DailyBudget | None = None,
-             fetcher_heard_at: float | None = None) -> Lease | None:
+             hearing: FetcherHearing | None = None) -> Lease | None:
         """Grant the next lease if the host's tokens allow one now (at most one per call).
-        `fetcher_heard_at`: when the frontier last heard from the fetcher (see expire)."""
-        self.expire(now, fetcher_heard_at)
+        `hearing`: what the frontier heard from the fetcher (see expire)."""
+        self.expire(now, hearing)
         self.window.refill(now, len(self.leases))
         if not self._tokens_free(now):
             return None
