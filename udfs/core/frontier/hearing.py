@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections import deque
 
-SILENCE_S = 10.0  # a restart from a checkpoint takes longer (20-40 s on the test machine)
+SILENCE_S = 10.0  # a restart from a checkpoint takes longer (about 20 s on the test machine)
 
 
 class FetcherHearing:
