@@ -188,7 +188,7 @@ def test_crawl_survives_kill_9_upgrade_rescale_and_fetcher_faults(cfg, fresh_top
         frontier_jids.add(wait_running(cluster, "frontier"))
         sent, bad = publish_seeds(run_cfg, [hk + "/" for hk in sites])
         assert sent == len(sites) and bad == []
-        watcher = Watcher(run_cfg, keep_leases=True)
+        watcher = Watcher(run_cfg, keep_records=True)
 
         def indexed() -> set[str]:
             return expected & watcher.poll().urls
