@@ -151,8 +151,8 @@ class Completions:
         every URL leased during it (a week at the defaults), and a restart that takes
         longer than a lease timeout spends one for every lease issued meanwhile. A lease
         whose fetch kills the fetcher still spends its attempts while other completions
-        come in between its grant and the crash. None: every expiry spends one. Either way the URL is re-let only now,
-        after its expiry: politeness is the same."""
+        come in between its grant and the crash. None: every expiry spends one. Either
+        way the URL is re-let only now, after its expiry: politeness is the same."""
         expired = self.leases.overdue(now)
         for lease in expired:
             self._count("leases_expired")
