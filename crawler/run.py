@@ -73,6 +73,15 @@ def publish_seeds(cfg: Config, urls: Iterable[str], source: DiscoverySource = "S
     return len(good), bad
 
 
+def _trouble(line: str) -> bool:
+    """A line of Flink's log worth a report: a warning or an error (but the harmless
+    collisions of metric names every sink logs), or a checkpoint declined or expired."""
+    if " WARN " in line or " ERROR " in line:
+        return "Name collision" not in line
+    return "checkpoint" in line.lower() and any(
+        w in line for w in ("Declin", "decline", "expired", "failed", "Failed"))
+
+
 @dataclass
 class JobProcess:
     """One job (`python -m jobs.<name>`) in its own process group, log to a file.
@@ -101,16 +110,46 @@ class JobProcess:
             os.killpg(self.proc.pid, signal.SIGKILL)
             self.proc.wait(30)
 
+    @property
+    def flink_log_dir(self) -> Path:
+        """Flink's own log of the job's MiniCluster, in a folder beside the job's log: a
+        folder per job, since PyFlink's launcher names the file by user and machine only
+        and truncates it when a JVM starts (two jobs would write over each other)."""
+        return self.log_path.with_name(f"{self.log_path.stem}-flink")
+
     def start(self) -> None:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        # The job inherits this environment (CRAWL_CONFIG and CRAWL__* included).
+        env = {**os.environ, "FLINK_LOG_DIR": str(self.flink_log_dir)}
         with self.log_path.open("ab") as log:  # the child keeps its own descriptor
-            # No env=: the job inherits this environment, CRAWL_CONFIG and CRAWL__* included.
             self.proc = subprocess.Popen(
                 self.command(), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                start_new_session=True)
+                start_new_session=True, env=env)
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
+
+    def report(self, chars: int = 2000, flink_lines: int = 12) -> str:
+        """What a run or test that gave up waiting on the job should print: whether it
+        runs, the end of its log, and from Flink's log how its checkpoints went (the
+        index and other exactly-once outputs appear only when one completes) and its
+        last warnings and errors."""
+        state = "running" if self.alive() else (
+            "not started" if self.proc is None else f"ended with {self.proc.returncode}")
+        log = self.log_path.read_text(errors="replace")[-chars:].rstrip() \
+            if self.log_path.exists() else "(no log)"
+        lines: list[str] = []
+        for path in sorted(self.flink_log_dir.glob("*.log")):
+            lines += path.read_text(errors="replace").splitlines()
+        completed = [x for x in lines if "Completed checkpoint" in x]
+        triggered = [x for x in lines if "Triggering checkpoint" in x]
+        trouble = [x[:400] for x in lines if _trouble(x)]
+        return "\n".join([
+            f"job {self.name}: {state}; its log ends:", log,
+            f"Flink's log: {len(triggered)} checkpoints triggered, {len(completed)} completed",
+            *[x[:300] for x in (triggered[-1:] + completed[-1:])],
+            f"its last {flink_lines} warnings, errors and checkpoint failures:",
+            *trouble[-flink_lines:]])
 
     def stop(self) -> None:
         if self.proc is None or self.proc.poll() is not None:
@@ -400,9 +439,10 @@ def run(cfg_files: Sequence[str], overrides: Sequence[str], seeds_file: str | No
                 last = time.monotonic()
             if progress.pages >= max_pages:
                 break
-            dead = [j.name for j in jobs if not j.alive()]
+            dead = [j for j in jobs if not j.alive()]
             if dead:
-                print(f"job stopped unexpectedly: {dead}; see {run_dir}", flush=True)
+                print(f"job stopped unexpectedly: {[j.name for j in dead]}; see {run_dir}",
+                      *(j.report() for j in dead), sep="\n", flush=True)
                 return 1
         return 0
     except KeyboardInterrupt:

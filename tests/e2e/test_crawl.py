@@ -155,7 +155,7 @@ def test_crawl_of_the_synthetic_web(cfg, fresh_topics, tmp_path):
                 expected <= watcher.poll().urls and revalidated() and
                 len(seed_gaps(watcher.events, list(web.log))[True]) >= 3 and
                 heavy_gaps(watcher.events, list(web.log))):
-            assert all(j.alive() for j in jobs), [j.log_path.read_text()[-2000:] for j in jobs]
+            assert all(j.alive() for j in jobs), [j.report() for j in jobs]
             time.sleep(2)
         missing = expected - watcher.progress.urls
         assert not missing, f"never indexed: {sorted(missing)[:20]} ({len(missing)})"

@@ -34,7 +34,7 @@ def test_a_host_with_twenty_times_its_window_is_crawled_exactly_once(cfg, fresh_
         producer.send(disc, REG.encode("discovered", seed), key=HOST.encode())
         producer.flush()
 
-        lease_topic = Topic(cfg, leases)
+        lease_topic = Topic(cfg, leases, job)
         answered: set[str] = set()
 
         def answer_all(records) -> bool:
@@ -57,7 +57,8 @@ def test_a_host_with_twenty_times_its_window_is_crawled_exactly_once(cfg, fresh_
         pages = [r for _, r in got if r["kind"] == "PAGE"]
         assert sorted(r["url"] for r in pages) == sorted(link["url"] for link in links)
         assert {(r["url_version"], r["attempt"]) for r in pages} == {(1, 1)}
-        events = Topic(cfg, index).wait("index_event", lambda s: len(s) >= URLS, timeout_s=120)
+        events = Topic(cfg, index, job).wait("index_event", lambda s: len(s) >= URLS,
+                                             timeout_s=120)
         assert sorted(rec["event_id"] for _, rec in events) == sorted(
             f"{r['url_id']}:1" for r in pages)
     finally:
@@ -84,7 +85,7 @@ def test_a_virtual_clock_drives_the_frontier_timers_through_the_clock_stream(cfg
                 "links": [{"url": f"{HOST}/", "lastmod_ms": None, "priority": None}]}
         producer.send(disc, REG.encode("discovered", seed), key=HOST.encode())
         producer.flush()
-        lease_topic = Topic(cfg, leases)
+        lease_topic = Topic(cfg, leases, job)
         (_, first), = lease_topic.wait("lease", lambda s: len(s) >= 1)
         assert first["kind"] == "ROBOTS"
         virtual_ms = first["issued_at_ms"] + 400_000

@@ -18,7 +18,8 @@ HOSTS = ["http://a.test", "http://b.test", "http://c.test"]
 
 
 class Topic:
-    def __init__(self, cfg, name):
+    def __init__(self, cfg, name, job=None):
+        self.job = job  # the JobProcess writing the topic: reported on a timeout
         self.consumer = KafkaConsumer(name, bootstrap_servers=cfg["kafka.bootstrap_servers"],
                                       auto_offset_reset="earliest", enable_auto_commit=False,
                                       isolation_level="read_committed",
@@ -32,7 +33,8 @@ class Topic:
             self.seen.extend((m.key, REG.decode(schema, m.value)) for m in self.consumer)
             if predicate(self.seen):
                 return self.seen
-        raise AssertionError(f"timed out; have {self.seen}")
+        report = f"\n{self.job.report()}" if self.job is not None else ""
+        raise AssertionError(f"timed out; have {self.seen}{report}")
 
 
 def completion_for(lease, **fields):
@@ -85,13 +87,13 @@ def test_frontier_job_end_to_end_on_kafka(cfg, fresh_topics, tmp_path):
         producer.send(disc, REG.encode("discovered", bad_url))
         producer.flush()
 
-        lease_topic = Topic(cfg, leases)
+        lease_topic = Topic(cfg, leases, job)
         got = lease_topic.wait("lease", lambda s: len(s) >= 3)
         robots = {rec["host_key"]: (key, rec) for key, rec in got}
         assert set(robots) == set(HOSTS)
         assert all(rec["kind"] == "ROBOTS" and key == rec["host_key"].encode()
                    for key, rec in robots.values())
-        letters = Topic(cfg, dlq).wait("dead_letter", lambda s: len(s) >= 3)
+        letters = Topic(cfg, dlq, job).wait("dead_letter", lambda s: len(s) >= 3)
         assert sorted(rec["error_type"] for _, rec in letters) == [
             "ADDRESS_BLOCKED", "AvroDecodeError", "InvalidUrl"]
         (blocked,) = [rec for _, rec in letters if rec["error_type"] == "ADDRESS_BLOCKED"]
@@ -121,7 +123,7 @@ def test_frontier_job_end_to_end_on_kafka(cfg, fresh_topics, tmp_path):
         second = page_leases(lease_topic.wait("lease", lambda s: len(page_leases(s)) >= 5))
         assert sorted(r["url"] for r in second[3:]) == ["http://b.test/page",
                                                         "http://c.test/page"]
-        index_topic = Topic(cfg, index)
+        index_topic = Topic(cfg, index, job)
         index_topic.wait("index_event", lambda s: len(s) >= 3)
         time.sleep(3)  # room for a duplicate (wrong) event to show up
         events = index_topic.wait("index_event", lambda s: len(s) >= 3)

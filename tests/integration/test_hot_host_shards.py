@@ -42,7 +42,7 @@ def test_a_hot_hosts_backlog_goes_through_its_shards(cfg, fresh_topics, tmp_path
             "links": [{"url": f"{HOST}/p/{i}", "lastmod_ms": None, "priority": None}
                       for i in range(URLS)]}), key=HOST.encode())
         producer.flush()
-        lease_topic = Topic(cfg, leases)
+        lease_topic = Topic(cfg, leases, job)
         lease_topic.wait("lease", lambda s: len(s) >= 1)  # the job is up: robots.txt first
         answered: set[str] = set()
         deadline = time.monotonic() + 150

@@ -74,7 +74,7 @@ def wait_for(predicate, timeout_s: float, jobs: list[JobProcess], what: str,
     while time.monotonic() < deadline:
         if predicate():
             return
-        assert all(j.alive() for j in jobs), [j.log_path.read_text()[-3000:] for j in jobs]
+        assert all(j.alive() for j in jobs), [j.report() for j in jobs]
         time.sleep(1)
     raise AssertionError(f"timed out waiting for {what}{detail()}")
 

@@ -128,7 +128,7 @@ def wait_until(check, timeout_s: float, jobs: list[JobProcess], what: str):
         last = check()
         if last is not None and last[0]:
             return last[1]
-        dead = [j.log_path.read_text()[-3000:] for j in jobs if not j.alive()]
+        dead = [j.report() for j in jobs if not j.alive()]
         assert not dead, dead
         time.sleep(1)
     raise AssertionError(f"timed out waiting for {what}; last: {last}")

@@ -65,7 +65,7 @@ def test_user_filters_in_the_frontier_job(cfg, fresh_topics, tmp_path, monkeypat
             "links": [{"url": host + u, "lastmod_ms": None, "priority": None}
                       for u in urls]}), key=host.encode())
         producer.flush()
-        lease_topic = Topic(cfg, leases)
+        lease_topic = Topic(cfg, leases, job)
         (_, robots), = lease_topic.wait("lease", lambda s: len(s) >= 1)
         assert robots["kind"] == "ROBOTS"
         producer.send(comps, REG.encode("completion", completion_for(
@@ -89,7 +89,7 @@ def test_user_filters_in_the_frontier_job(cfg, fresh_topics, tmp_path, monkeypat
         assert sorted(r["url"] for r in pages(lease_topic.seen)) == [
             "http://f.test/", "http://f.test/kept", "http://f.test/mixed/case"]
 
-        letters = Topic(cfg, dlq).wait("dead_letter", lambda s: len(s) >= 1)
+        letters = Topic(cfg, dlq, job).wait("dead_letter", lambda s: len(s) >= 1)
         (letter,) = [rec for _, rec in letters]
         assert letter["error_type"] == "UrlFilterError"
         assert letter["url"] == "http://f.test/boom"

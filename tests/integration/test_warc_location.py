@@ -77,9 +77,9 @@ def crawled(cfg, tmp_path_factory):
         # Quiet: index events unchanged for 4 s, and every event's file published.
         deadline, seen, since = time.monotonic() + 150, -1, time.monotonic()
         while True:
-            assert time.monotonic() < deadline, "the crawl did not settle"
-            assert all(j.alive() for j in jobs.values()), \
-                (tmp / "fetcher.log").read_text()[-2000:]
+            assert time.monotonic() < deadline, \
+                ["the crawl did not settle", *(j.report() for j in jobs.values())]
+            assert all(j.alive() for j in jobs.values()), [j.report() for j in jobs.values()]
             events = read_all(cfg, topics["index"], "index_event")
             if len(events) != seen:
                 seen, since = len(events), time.monotonic()

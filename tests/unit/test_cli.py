@@ -1,3 +1,4 @@
+import os
 import socket
 from pathlib import Path
 
@@ -162,12 +163,49 @@ def test_job_process_inherits_the_environment(tmp_path, monkeypatch):
             seen.update(kwargs, argv=argv)
 
     monkeypatch.setattr(subprocess, "Popen", FakePopen)
+    monkeypatch.setenv("CRAWL__FLINK__PARALLELISM", "3")
+    monkeypatch.setenv("FLINK_LOG_DIR", "/elsewhere")
     JobProcess("fetcher", ["flink.parallelism=2"], tmp_path / "fetcher.log",
                config_files=["a.yaml"]).start()
-    # No env= given: CRAWL_CONFIG and CRAWL__* reach the job as the CLI saw them.
-    assert "env" not in seen
+    # CRAWL_CONFIG and CRAWL__* reach the job as the CLI saw them; Flink's log goes to a
+    # folder of the job's own, beside its log.
+    assert seen["env"] == {**os.environ, "FLINK_LOG_DIR": str(tmp_path / "fetcher-flink")}
+    assert seen["env"]["CRAWL__FLINK__PARALLELISM"] == "3"
     assert seen["argv"][-4:] == ["--config", str(Path("a.yaml").resolve()),
                                  "--set", "flink.parallelism=2"]
+
+
+def test_a_job_report_says_how_it_ended_its_log_and_its_checkpoints(tmp_path):
+    import subprocess
+    import sys
+
+    from crawler.run import JobProcess
+
+    job = JobProcess("frontier", [], tmp_path / "frontier.log")
+    assert job.report().startswith("job frontier: not started; its log ends:\n(no log)")
+    job.log_path.write_text("x" * 50 + "Traceback: the job failed\n")
+    job.flink_log_dir.mkdir()
+    (job.flink_log_dir / "flink-u-python-h.log").write_text("\n".join([
+        "12:00:01,000 INFO  CheckpointCoordinator [] - Triggering checkpoint 1 @ 1 for job j.",
+        "12:00:01,100 INFO  CheckpointCoordinator [] - Completed checkpoint 1 for job j.",
+        "12:00:02,000 INFO  CheckpointCoordinator [] - Triggering checkpoint 2 @ 2 for job j.",
+        "12:00:02,500 WARN  MetricGroup [] - Name collision: Group already contains it.",
+        "12:00:03,000 WARN  KafkaWriter [] - a warning",
+        "12:00:03,500 INFO  CheckpointCoordinator [] - Checkpoint 2 of job j expired before "
+        "completing.",
+        "12:00:04,000 ERROR Task [] - an error"]))
+    job.proc = subprocess.Popen([sys.executable, "-c", "raise SystemExit(3)"])
+    job.proc.wait(30)
+    lines = job.report(chars=30, flink_lines=3).splitlines()
+    assert lines == [
+        "job frontier: ended with 3; its log ends:", "x" * 4 + "Traceback: the job failed",
+        "Flink's log: 2 checkpoints triggered, 1 completed",
+        "12:00:02,000 INFO  CheckpointCoordinator [] - Triggering checkpoint 2 @ 2 for job j.",
+        "12:00:01,100 INFO  CheckpointCoordinator [] - Completed checkpoint 1 for job j.",
+        "its last 3 warnings, errors and checkpoint failures:",
+        "12:00:03,000 WARN  KafkaWriter [] - a warning",
+        "12:00:03,500 INFO  CheckpointCoordinator [] - Checkpoint 2 of job j expired before "
+        "completing.", "12:00:04,000 ERROR Task [] - an error"]
 
 
 def test_the_job_sees_the_clis_precedence(tmp_path):
