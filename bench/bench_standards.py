@@ -27,6 +27,7 @@ from lxml import etree
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench._results import record, timed  # noqa: E402
+from crawler.testkit.procstat import minor_faults  # noqa: E402
 from crawler.testkit.synthetic_web import SyntheticWeb, build_sites  # noqa: E402
 from udfs.core.parse import ParseLimits, parse_html  # noqa: E402
 from udfs.core.robots import parse_robots  # noqa: E402
@@ -276,24 +277,19 @@ def _stage_run(keep_heap: bool, pages: list[tuple[bytes, str]]) -> tuple[float, 
             await stage.parse(body, url, [])
         (parser,) = stage._live
         c0, m0 = parser.cpu_s(), os.times()
-        faults0 = _minflt(parser.proc.pid)
+        faults0 = minor_faults(parser.proc.pid)
         for body, url in pages[50:]:
             await stage.parse(body, url, [("Content-Type", "text/html")])
         c1, m1 = parser.cpu_s(), os.times()
         n = len(pages) - 50
         return ((c1 - c0) / n * 1000,
                 (m1.user + m1.system - m0.user - m0.system) / n * 1000,
-                (_minflt(parser.proc.pid) - faults0) / n)
+                (minor_faults(parser.proc.pid) - faults0) / n)
 
     try:
         return asyncio.run(go())
     finally:
         stage.close()
-
-
-def _minflt(pid: int) -> int:
-    with open(f"/proc/{pid}/stat") as f:
-        return int(f.read().rsplit(")", 1)[1].split()[7])
 
 
 def bench_parse_stage() -> list[tuple[str, str]]:

@@ -12,6 +12,7 @@ import time
 import psutil
 import pytest
 
+from crawler.testkit.procstat import cpu_seconds, minor_faults
 from udfs.core.parse import LimitKind, ParseLimits, limit_error, parse_deadline
 from udfs.parser.stage import ParseStage, _cpu_clock
 
@@ -336,9 +337,7 @@ def test_a_parsers_cpu_time_is_its_user_plus_system_time_and_zero_once_gone():
     ticks = os.sysconf("SC_CLK_TCK")
 
     def from_proc() -> float:
-        with open(f"/proc/{parser.proc.pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / ticks  # utime + stime, no children
+        return cpu_seconds(parser.proc.pid)
 
     try:
         assert parser.clock is not None  # Linux: its CPU-time clock, not /proc read by psutil
@@ -354,11 +353,6 @@ def test_a_parsers_cpu_time_is_its_user_plus_system_time_and_zero_once_gone():
     assert parser.cpu_s() == 0.0
     parser.clock = _cpu_clock(os.getpid())
     assert parser.clock is not None and parser.cpu_s() > 0  # a live one's clock is read
-
-
-def _faults(pid: int) -> int:
-    with open(f"/proc/{pid}/stat") as f:
-        return int(f.read().rsplit(")", 1)[1].split()[7])  # minflt
 
 
 @pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="glibc's malloc thresholds")
@@ -378,10 +372,10 @@ def test_a_parsers_heap_stays_mapped_between_pages(keep_heap):
         for body, url in pages[:30]:  # the heap grows to what a page needs
             await stage.parse(body, url, [])
         (parser,) = stage._live
-        before = _faults(parser.proc.pid)
+        before = minor_faults(parser.proc.pid)
         for body, url in pages[30:]:
             assert (await stage.parse(body, url, [])).page is not None
-        return (_faults(parser.proc.pid) - before) / len(pages[30:])
+        return (minor_faults(parser.proc.pid) - before) / len(pages[30:])
 
     try:
         per_page = run(go())
