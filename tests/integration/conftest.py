@@ -46,6 +46,17 @@ def fresh_topics(admin):
         admin.delete_topics(created)
 
 
+@pytest.fixture
+def other_topics(fresh_topics) -> list[str]:
+    """Overrides that give a frontier job fresh control, replies and shards topics, for a
+    test that names only the topics it reads and writes: on the shared defaults, jobs of
+    tests running side by side would read each other's commands and share their
+    exactly-once shards sink's transactional ids (each job's start fences the producer
+    the other holds)."""
+    keys = ("control", "replies", "shards")
+    return [f"topics.{k}.name={n}" for k, n in zip(keys, fresh_topics(*keys), strict=True)]
+
+
 def free_port() -> int:
     """A port for a job or server to listen on (outside the ephemeral range)."""
     from crawler.run import free_port as pick

@@ -39,7 +39,7 @@ def records_left(cfg, topic: str, partitions: int) -> int:
 
 
 def test_crawl_audit_shows_fetches_after_the_completions_topic_rolled_over(
-        cfg, admin, fresh_topics, tmp_path, capsys, monkeypatch):
+        cfg, admin, fresh_topics, other_topics, tmp_path, capsys, monkeypatch):
     disc, leases, index, dlq = fresh_topics("disc", "leases", "index", "dlq")
     suffix = uuid.uuid4().hex[:8]
     # A completions topic whose records expire within a minute (a rolled-over topic).
@@ -55,6 +55,7 @@ def test_crawl_audit_shows_fetches_after_the_completions_topic_rolled_over(
                  "storage.backend=s3",
                  # Two records make an object; the third is written by its 1 s timer.
                  "audit.flush_records=2", "audit.flush_s=1"]
+    overrides += other_topics
     job = BoundedJob("frontier", overrides, tmp_path / "frontier.log")
     try:
         # A 503, its retry and a 200 of the page, and another URL. --bounded: the job

@@ -15,7 +15,7 @@ WINDOW = 50
 
 
 def test_a_host_with_twenty_times_its_window_is_crawled_exactly_once(cfg, fresh_topics,
-                                                                      tmp_path):
+                                                                      other_topics, tmp_path):
     disc, leases, comps, index, dlq = fresh_topics("disc", "leases", "comps", "index", "dlq")
     overrides = [f"topics.discovered.name={disc}", f"topics.leases.name={leases}",
                  f"topics.completions.name={comps}", f"topics.index.name={index}",
@@ -23,6 +23,7 @@ def test_a_host_with_twenty_times_its_window_is_crawled_exactly_once(cfg, fresh_
                  "flink.restart_strategy=none", f"frontier.max_resident_urls={WINDOW}",
                  "frontier.cold_bucket_s=600", "politeness.min_gap_s=0",
                  "politeness.duration_factor=0", "politeness.max_in_flight=40"]
+    overrides += other_topics
     job = JobProcess("frontier", overrides, tmp_path / "frontier.log")
     job.start()
     try:
@@ -66,6 +67,7 @@ def test_a_host_with_twenty_times_its_window_is_crawled_exactly_once(cfg, fresh_
 
 
 def test_a_virtual_clock_drives_the_frontier_timers_through_the_clock_stream(cfg, fresh_topics,
+                                                                             other_topics,
                                                                              tmp_path):
     # The same event-time path as the wall clock, fed from a topic: jump 400 s ahead
     # and the unanswered robots.txt lease (valid 300 s) expires at once and is re-let.
@@ -76,6 +78,7 @@ def test_a_virtual_clock_drives_the_frontier_timers_through_the_clock_stream(cfg
                  f"topics.deadletter.name={dlq}", "flink.checkpoint_interval_ms=1000",
                  "flink.restart_strategy=none", f"frontier.clock_topic={clock}",
                  "frontier.lease_timeout_s=300"]
+    overrides += other_topics
     job = JobProcess("frontier", overrides, tmp_path / "frontier.log")
     job.start()
     try:

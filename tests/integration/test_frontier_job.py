@@ -45,7 +45,7 @@ def completion_for(lease, **fields):
             "fetched_at_ms": int(time.time() * 1000), **fields}
 
 
-def test_frontier_job_end_to_end_on_kafka(cfg, fresh_topics, tmp_path):
+def test_frontier_job_end_to_end_on_kafka(cfg, fresh_topics, other_topics, tmp_path):
     disc, leases, comps, index, dlq = fresh_topics("disc", "leases", "comps", "index", "dlq",
                                                    partitions=2)
     port = free_port()
@@ -60,6 +60,7 @@ def test_frontier_job_end_to_end_on_kafka(cfg, fresh_topics, tmp_path):
                  "frontier.lookahead_s=0", "frontier.max_lookahead_leases=0",
                  f"metrics.frontier_port={port}"]
     # Its own process group, output to a log file (a pipe nobody reads could fill up).
+    overrides += other_topics
     job = JobProcess("frontier", overrides, tmp_path / "frontier.log")
     job.start()
     try:

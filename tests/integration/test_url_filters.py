@@ -38,7 +38,7 @@ FILTERS = textwrap.dedent('''
 ''')
 
 
-def test_user_filters_in_the_frontier_job(cfg, fresh_topics, tmp_path, monkeypatch):
+def test_user_filters_in_the_frontier_job(cfg, fresh_topics, other_topics, tmp_path, monkeypatch):
     (tmp_path / "site_filters.py").write_text(FILTERS)
     # Outside the package: the job finds it the way a user's module is found (PYTHONPATH
     # here; installed, or shipped with -pyfs, on a cluster).
@@ -53,6 +53,7 @@ def test_user_filters_in_the_frontier_job(cfg, fresh_topics, tmp_path, monkeypat
                  'urls.filters=["site_filters:SkipPaths pattern=/private/", '
                  '"site_filters:LowerCasePaths", "site_filters:Fragile"]',
                  f"metrics.frontier_port={port}"]
+    overrides += other_topics
     job = JobProcess("frontier", overrides, tmp_path / "frontier.log")
     job.start()
     try:
