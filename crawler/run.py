@@ -73,6 +73,19 @@ def publish_seeds(cfg: Config, urls: Iterable[str], source: DiscoverySource = "S
     return len(good), bad
 
 
+FLINK_LOG_TAIL_BYTES = 4 << 20  # what a report reads of a long run's Flink log: its end
+
+
+def _tail_lines(path: Path, limit: int) -> list[str]:
+    """The whole lines in the last `limit` bytes of a file."""
+    with path.open("rb") as f:
+        size = f.seek(0, os.SEEK_END)
+        f.seek(max(0, size - limit))
+        data = f.read()
+    lines = data.decode(errors="replace").splitlines()
+    return lines[1:] if size > limit else lines  # the first may be cut
+
+
 def _trouble(line: str) -> bool:
     """A line of Flink's log worth a report: a warning or an error (but the harmless
     collisions of metric names every sink logs), or a checkpoint declined or expired."""
@@ -140,13 +153,14 @@ class JobProcess:
             if self.log_path.exists() else "(no log)"
         lines: list[str] = []
         for path in sorted(self.flink_log_dir.glob("*.log")):
-            lines += path.read_text(errors="replace").splitlines()
+            lines += _tail_lines(path, FLINK_LOG_TAIL_BYTES)
         completed = [x for x in lines if "Completed checkpoint" in x]
         triggered = [x for x in lines if "Triggering checkpoint" in x]
         trouble = [x[:400] for x in lines if _trouble(x)]
         return "\n".join([
             f"job {self.name}: {state}; its log ends:", log,
-            f"Flink's log: {len(triggered)} checkpoints triggered, {len(completed)} completed",
+            f"Flink's log (at most its last {FLINK_LOG_TAIL_BYTES >> 20} MB): "
+            f"{len(triggered)} checkpoints triggered, {len(completed)} completed",
             *[x[:300] for x in (triggered[-1:] + completed[-1:])],
             f"its last {flink_lines} warnings, errors and checkpoint failures:",
             *trouble[-flink_lines:]])

@@ -199,7 +199,7 @@ def test_a_job_report_says_how_it_ended_its_log_and_its_checkpoints(tmp_path):
     lines = job.report(chars=30, flink_lines=3).splitlines()
     assert lines == [
         "job frontier: ended with 3; its log ends:", "x" * 4 + "Traceback: the job failed",
-        "Flink's log: 2 checkpoints triggered, 1 completed",
+        "Flink's log (at most its last 4 MB): 2 checkpoints triggered, 1 completed",
         "12:00:02,000 INFO  CheckpointCoordinator [] - Triggering checkpoint 2 @ 2 for job j.",
         "12:00:01,100 INFO  CheckpointCoordinator [] - Completed checkpoint 1 for job j.",
         "its last 3 warnings, errors and checkpoint failures:",
@@ -379,3 +379,13 @@ def test_a_command_on_a_crawl_that_is_not_running_is_one_line_and_exit_2(argv, c
     err = capsys.readouterr().err.strip()
     assert err.startswith(f"crawl {argv[0]}: ") and "20000101-000000" in err
     assert len(err.splitlines()) == 1
+
+
+def test_a_report_reads_only_the_end_of_a_long_flink_log(tmp_path):
+    from crawler.run import _tail_lines
+
+    log = tmp_path / "flink.log"
+    log.write_text("".join(f"line {i}\n" for i in range(1000)))  # 8 or 9 bytes a line
+    assert _tail_lines(log, 10_000) == [f"line {i}" for i in range(1000)]
+    # The last 20 bytes begin inside "line 997": that piece is dropped.
+    assert _tail_lines(log, 20) == ["line 998", "line 999"]
