@@ -335,6 +335,104 @@ def test_a_lease_issued_during_a_fetcher_restart_spends_no_attempt_when_it_is_ba
     assert h.urls[lease.url_id].attempt == 0
 
 
+def too_late(lease):
+    """The fetcher's NOT_SENT for a lease it read only after the lease expired."""
+    from udfs.core.backqueue import Skip
+
+    return ok(lease, Outcome.NOT_SENT, detail=Skip.TOO_LATE.value)
+
+
+def test_a_not_sent_after_the_expiry_gives_the_attempt_back_once():
+    """A fetcher lagging behind the leases topic reads each lease after it expired and
+    says it never sent it: every expiry's attempt comes back, so however long the lag,
+    the URL is re-let, never parked; a copy of the NOT_SENT gives nothing more."""
+    h = host()
+    t = with_robots(h, urls=[H + "/a"])
+    now = t
+    for _ in range(3 * CFG.max_lease_attempts):
+        lease = h.poll(now)
+        now = lease.expires_at
+        h.expire(now)  # spent: the fetcher was heard all along (no hearing: all count)
+        assert h.urls[lease.url_id].attempt == lease.attempt
+        res = h.complete(too_late(lease), now + 1)
+        assert (res.verdict, res.reason) == (Acceptance.ACCEPTED, "not sent, refunded")
+        assert h.urls[lease.url_id].attempt == lease.attempt - 1
+        assert h.complete(too_late(lease), now + 2).verdict is Acceptance.STALE  # a copy
+    u = h.urls[lease.url_id]
+    assert u.status is not UrlStatus.PARKED and u.version == 1
+    assert h.stats["lease_attempts_refunded"] == 3 * CFG.max_lease_attempts
+    again = h.poll(now + 3)
+    assert (again.url_version, again.attempt) == (1, 1)
+    assert h.complete(ok(again), now + 4).verdict is Acceptance.ACCEPTED
+    assert h.check_invariants() == []
+
+
+def test_a_not_sent_after_the_expiry_that_parked_the_url_takes_it_out_of_the_park():
+    h = host()
+    t = with_robots(h, urls=[H + "/a"])
+    now, leases = t, []
+    for _ in range(CFG.max_lease_attempts):
+        leases.append(h.poll(now))
+        now = leases[-1].expires_at
+    h.expire(now)
+    u = h.urls[leases[0].url_id]
+    assert u.status is UrlStatus.PARKED
+    # The NOT_SENT of the last one: the round goes on, its last attempt re-let now.
+    assert h.complete(too_late(leases[-1]), now + 1).reason == "not sent, refunded"
+    assert u.status is UrlStatus.QUEUED and u.park_reason is None
+    assert h.stats["urls_unparked"] == 1
+    last = h.poll(now + 1)
+    assert (last.url_version, last.attempt) == (1, CFG.max_lease_attempts)
+    # An earlier lease's NOT_SENT refunds its attempt too; its copy, nothing.
+    assert h.complete(too_late(leases[0]), now + 2).reason == "not sent, refunded"
+    assert h.complete(too_late(leases[0]), now + 3).verdict is Acceptance.STALE
+    assert u.attempt == CFG.max_lease_attempts - 1
+    assert h.complete(ok(last), now + 4).verdict is Acceptance.ACCEPTED
+    assert u.status is UrlStatus.FETCHED and h.check_invariants() == []
+
+
+def test_a_not_sent_refunds_only_what_an_expiry_spent_in_a_round_still_open():
+    # An expiry while the fetcher was silent spent nothing: its NOT_SENT gives nothing.
+    h = host()
+    t = with_robots(h, urls=[H + "/a"])
+    hearing = FetcherHearing()
+    hearing.heard(t - SILENCE_S - 1)
+    lease = h.poll(t, hearing=hearing)
+    h.expire(lease.expires_at, hearing)
+    assert h.complete(too_late(lease), lease.expires_at + 1).verdict is Acceptance.STALE
+    assert h.urls[lease.url_id].attempt == 0
+    # A round accepted since (the first fetch was only slow): nothing to give back.
+    h = host()
+    t = with_robots(h, urls=[H + "/a"])
+    first = h.poll(t)
+    second = h.poll(first.expires_at)
+    assert (second.url_id, second.attempt) == (first.url_id, 2)
+    assert h.complete(ok(first), first.expires_at + 1).verdict is Acceptance.ACCEPTED
+    assert h.complete(too_late(first), first.expires_at + 2).verdict is Acceptance.STALE
+    assert h.complete(ok(second), first.expires_at + 3).verdict is Acceptance.DUPLICATE
+    assert h.check_invariants() == []
+
+
+def test_the_expiries_that_spent_an_attempt_survive_a_snapshot_and_stay_bounded():
+    from udfs.core.frontier.leasing import EXPIRED_SPENT_KEEP
+
+    h = host()
+    t = with_robots(h, urls=[H + "/a"])
+    lease = h.poll(t)
+    h.expire(lease.expires_at)
+    r = HostFrontier.restore(h.snapshot(), CFG)
+    assert r.complete(too_late(lease), lease.expires_at + 1).reason == "not sent, refunded"
+    assert r.urls[lease.url_id].attempt == 0
+    now = lease.expires_at + 2
+    for _ in range(EXPIRED_SPENT_KEEP + 5):
+        lease = r.poll(now)
+        now = lease.expires_at
+        r.expire(now)
+        r.complete(too_late(lease), now)  # (each refunded: never parked)
+        r.leases.spent(lease)  # and remembered again, as if it had expired twice
+    assert len(r.leases.expired_spent) == EXPIRED_SPENT_KEEP
+
+
 # -- item 3: outcomes ------------------------------------------------------------------
 
 def poll_page(h, now, body=ROBOTS):

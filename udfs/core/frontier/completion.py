@@ -105,8 +105,7 @@ class Completions:
         to the queue with its attempt unspent; the host was not contacted."""
         lease = self.leases.pop(r.lease_id)
         if lease is None:
-            self._count("completions_stale")
-            return CompletionResult(Acceptance.STALE, reason="unknown lease")
+            return self._refund(r, now)
         self._count("leases_not_sent")
         if r.detail == Skip.UNKNOWN_PREDECESSOR.value and self.leases.out:
             self.pacer.heads_only = True  # the fetcher cannot follow the leases still out
@@ -125,6 +124,42 @@ class Completions:
             u.attempt -= 1  # the re-let adds it back: nothing was spent
             self.queue.enqueue(u, min(u.next_fetch_at, now))  # its place in the queue, kept
         return CompletionResult(Acceptance.ACCEPTED, url=lease.url, reason="not sent")
+
+    def _refund(self, r: FetchResult, now: float) -> CompletionResult:
+        """A NOT_SENT for a lease no longer out: the fetcher read it only after its expiry
+        (lagging behind the leases topic), too late to send it, and no one sent it. If
+        that expiry spent an attempt of its URL, the attempt is given back: the round
+        goes on, and a URL parked by its expiries is taken out of the park (re-let now,
+        with its last attempt). Once only, however often the NOT_SENT comes."""
+        spent = self.leases.expired_spent.pop(r.lease_id, None)
+        if spent is None:
+            self._count("completions_stale")
+            return CompletionResult(Acceptance.STALE, reason="unknown lease")
+        url_id, version = spent
+        u = self.queue.urls.get(url_id)  # (a URL spilled cold since keeps its count)
+        if u is None or u.version != version:
+            self._count("completions_stale")
+            return CompletionResult(Acceptance.STALE, reason="a later round")
+        if u.status is UrlStatus.PARKED:
+            if u.accepted_version != version or not (u.park_reason or "").startswith(
+                    "lease expired"):
+                self._count("completions_stale")
+                return CompletionResult(Acceptance.STALE, url=u.url, reason="parked")
+            # Undo the park (`_park`): the round was opened after version - 1 was
+            # closed, and its expiries fell one short of the limit: its last attempt.
+            u.status, u.park_reason, u.relet = UrlStatus.QUEUED, None, True
+            u.accepted_version = version - 1
+            u.attempt = self.cfg.max_lease_attempts - 1
+            self.queue.enqueue(u, now)
+            self._count("urls_unparked")
+        elif u.accepted_version >= version:
+            self._count("completions_stale")
+            return CompletionResult(Acceptance.STALE, url=u.url, reason="its round is over")
+        elif u.attempt > 0:
+            u.attempt -= 1
+        self.queue.dirty.add(url_id)
+        self._count("lease_attempts_refunded")
+        return CompletionResult(Acceptance.ACCEPTED, url=u.url, reason="not sent, refunded")
 
     def _robots(self, r: FetchResult, lease: Lease | None, now: float) -> CompletionResult:
         if lease is None or not self.gate.owns(lease):
@@ -167,6 +202,8 @@ class Completions:
             if hearing is not None and hearing.silent_at(lease.issued_at):
                 self._count("leases_expired_unheard")
                 u.attempt -= 1  # the re-let adds it back: the fetcher was silent
+            else:
+                self.leases.spent(lease)  # given back if the fetcher says it never sent it
             if u.attempt < self.cfg.max_lease_attempts:
                 u.status, u.relet = UrlStatus.QUEUED, True
                 self.queue.enqueue(u, now)

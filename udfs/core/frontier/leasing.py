@@ -20,11 +20,15 @@ from udfs.core.records import Kind, Lease, UrlState, UrlStatus
 from udfs.core.recrawl import budget_wait
 from udfs.core.traps import DAY_S, DailyBudget
 
+# Expired leases a host remembers having spent an attempt: a NOT_SENT for one comes
+# when the fetcher reads the lease after its expiry, within a lag, not days later.
+EXPIRED_SPENT_KEEP = 64
+
 
 class LeaseBook:
     """The leases one host has out (lease_id → lease)."""
 
-    __slots__ = ("host_key", "cfg", "_count", "out", "seq", "saved_out")
+    __slots__ = ("host_key", "cfg", "_count", "out", "seq", "saved_out", "expired_spent")
 
     def __init__(self, host_key: str, cfg: FrontierConfig,
                  count: Callable[[str], None]) -> None:
@@ -37,6 +41,11 @@ class LeaseBook:
         # each was made from (state.py: a host's value is rebuilt on every call, and a
         # lease does not change while it is out). Never part of the state itself.
         self.saved_out: dict[str, tuple[Lease, dict[str, Any]]] = {}
+        # The last EXPIRED_SPENT_KEEP expired leases that spent an attempt of their URL:
+        # lease_id → (url_id, url_version). A NOT_SENT the fetcher sends for one later
+        # (it read the lease only after its expiry) gives the attempt back
+        # (Completions.refund).
+        self.expired_spent: dict[str, tuple[str, int]] = {}
 
     def __len__(self) -> int:
         return len(self.out)
@@ -108,6 +117,12 @@ class LeaseBook:
 
     def pop(self, lease_id: str) -> Lease | None:
         return self.out.pop(lease_id, None)
+
+    def spent(self, lease: Lease) -> None:
+        """The lease expired and spent an attempt of its URL: remembered (the last few)."""
+        self.expired_spent[lease.lease_id] = (lease.url_id, lease.url_version)
+        while len(self.expired_spent) > EXPIRED_SPENT_KEEP:
+            del self.expired_spent[next(iter(self.expired_spent))]
 
     def overdue(self, now: float) -> list[Lease]:
         """Take out the leases whose time is up."""

@@ -76,6 +76,7 @@ def host_state(h: HostParts) -> dict[str, Any]:
         "recent": list(ends.recent),
         "counted": h.counted,
         "in_flight": _leases_out(h.leases),
+        "expired_spent": dict(h.leases.expired_spent),
         "budget": _fields_of(h.budget),
         "templates": h.door.templates.saved(),
         "lease_seq": h.leases.seq, "rng": pacer.rng.state, "stats": dict(h.stats),
@@ -121,6 +122,7 @@ def restore(h: HostParts, snap: dict[str, Any]) -> None:
         templates = templates.saved()
     h.door.templates = TemplateBudget.from_saved(templates)
     h.leases.seq = snap["lease_seq"]
+    h.leases.expired_spent = {k: (v[0], v[1]) for k, v in snap["expired_spent"].items()}
     pacer.rng.state = snap["rng"]
     h.stats = dict(snap.get("stats", {}))
     h.window.big, h.window.saved_index = snap.get("big", False), snap.get("cold_index")
