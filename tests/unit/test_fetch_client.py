@@ -14,7 +14,7 @@ import pytest
 from udfs.core.addresses import AddressPolicy
 from udfs.core.fetching import DnsCache, FetchLimits
 from udfs.core.frontier import Kind, Outcome
-from udfs.fetcher.client import GuardedResolver, fetch, make_session
+from udfs.fetcher.client import LINGER_MAX_S, GuardedResolver, fetch, make_session
 from udfs.fetcher.dns import DnsAnswer, DnsLookupError
 
 UA = "FlinkCrawler"
@@ -60,6 +60,8 @@ def test_pages_robots_redirects_and_conditional_get(web):
     r = site(web, feature="redirects")
     (redirect,) = run(fetch_all(loopback_cache(web), [web.host_key(r) + "/r/1"]))
     assert redirect.outcome is Outcome.REDIRECT and redirect.headers["Location"] == "/p/1"
+    # Every answer came whole: none lingers at the server after our end.
+    assert [x.linger_s for x in (robots, as_page, page, missing, redirect)] == [0.0] * 5
 
 
 def test_size_limits_bombs_and_timeouts(web):
@@ -75,6 +77,10 @@ def test_size_limits_bombs_and_timeouts(web):
     assert gz.outcome is Outcome.TOO_LARGE and gz.body == b""
     assert gz.wire_bytes < LIMITS.max_body_bytes
     assert late.outcome is Outcome.TIMEOUT
+    # We closed both before the server's end: the gaps after them wait a little longer
+    # (the time their answer took to begin; the timeout's, at most LINGER_MAX_S).
+    assert 0 < huge.linger_s <= min(huge.duration_s, LINGER_MAX_S)
+    assert 0 < late.linger_s <= LINGER_MAX_S
     # robots.txt over 512 KiB is cut, not refused.
     (robots,) = run(fetch_all(loopback_cache(web), [web.host_key(site(web, robots="huge")) +
                                                     "/robots.txt"], kind=Kind.ROBOTS))

@@ -186,10 +186,19 @@ class FetchResponse:
     duration_s: float = 0.0
     error: str | None = None
     decode_s: float = 0.0  # seconds spent decompressing the body
+    # How long after our end the server may still be at this request: when we closed
+    # the connection before the answer's end (a body cut at the limit or not read, a
+    # timeout), the server notices only when the close reaches it and its next write
+    # fails. The time its answer took to begin (at least a round trip; the whole
+    # request's time when none began), at most LINGER_MAX_S. The gaps after the
+    # request (the host's, the address's) count from our end plus this.
+    linger_s: float = 0.0
     # The HTTP exchange as sent and received (for the WARC records), when asked for:
     # set for every answer that came back with a status.
     exchange: Exchange | None = None
 
+
+LINGER_MAX_S = 1.0  # the most a request cut short adds to the gaps after it
 
 # Bytes decompressed per call before the loop gets a turn: a gzip bomb decoding 50 MB
 # must not stall every other fetch of the engine (and inflate their durations, which
@@ -323,10 +332,17 @@ async def fetch(session: aiohttp.ClientSession, url: str, kind: Kind, limits: Fe
     def partial(why: str) -> Exchange | None:
         return _exchange(*answered[0][:2], why, answered[0][2]) if answered else None
 
+    began: list[float] = []  # when the answer began (its status line and headers came)
+
+    def linger() -> float:
+        """For a request we cut short: see FetchResponse.linger_s."""
+        return min(LINGER_MAX_S, (began[0] if began else time.monotonic()) - start)
+
     try:
         async with session.get(target,
                                headers=request_headers(user_agent, etag, last_modified),
                                allow_redirects=False) as resp:
+            began.append(time.monotonic())
             headers = {k.title(): v for k, v in resp.headers.items()}
             outcome = classify(resp.status, kind, headers.get("Content-Type"),
                                headers.get("Location"))
@@ -366,10 +382,13 @@ async def fetch(session: aiohttp.ClientSession, url: str, kind: Kind, limits: Fe
             # byte has waited for this process (a busy loop, the GIL) is not the server's.
             lag = receive_lag(resp)
             exchange = _exchange(resp, raw, truncated, ip) if keep_exchange else None
+            # Leaving the block closes a connection whose answer has not all come.
+            cut = not resp.content.is_eof()
             # (decoding and waiting may overlap: the larger is taken off, not both)
             return FetchResponse(outcome, resp.status, headers, body, wire,
                                  max(0.0, time.monotonic() - start - max(decode_s, lag)),
-                                 decode_s=decode_s, exchange=exchange)
+                                 decode_s=decode_s, exchange=exchange,
+                                 linger_s=linger() if cut else 0.0)
     except AddressRefused as exc:
         return FetchResponse(Outcome.ADDRESS_BLOCKED, error=str(exc),
                              duration_s=time.monotonic() - start)
@@ -385,7 +404,8 @@ async def fetch(session: aiohttp.ClientSession, url: str, kind: Kind, limits: Fe
                              duration_s=time.monotonic() - start)
     except (TimeoutError, aiohttp.ServerTimeoutError) as exc:
         return FetchResponse(Outcome.TIMEOUT, error=f"timeout: {exc!r}",
-                             duration_s=time.monotonic() - start, exchange=partial("time"))
+                             duration_s=time.monotonic() - start, exchange=partial("time"),
+                             linger_s=linger())
     except OSError as exc:
         if REFUSAL_MARK in str(exc):
             return FetchResponse(Outcome.ADDRESS_BLOCKED, error=str(exc),

@@ -284,6 +284,7 @@ class FetchFunction(AsyncFunction):
         started = time.time()
         self.turns.started(timing, started)
         completion: Completion | None = None
+        linger = 0.0
         try:
             remaining = timing.expires_at - started
             limits = self.limits if remaining > self.limits.total_timeout_s + 1 else \
@@ -293,12 +294,13 @@ class FetchFunction(AsyncFunction):
                                stats=self.metrics.pages, warc=self.warc, parser=self.parser,
                                max_links=self.parser.limits.max_links)
             completion, discovered = await process_lease(lease, ctx)
+            linger = ctx.linger_s
             if self.faults is not None:
                 self.faults.after_response(lease["url"])
         finally:
-            await self.turns.release(timing, started, completion)
+            await self.turns.release(timing, started, completion, linger_s=linger)
             if address is not None:
-                await self.turns.release_address(address)
+                await self.turns.release_address(address, linger)
         host = lease["host_key"].encode()
         self.metrics.count(completion)
         # What the page gave goes inside its completion (v4); only links too many for

@@ -87,6 +87,9 @@ class FetchContext:
     # Set by process_lease: (filter name, "Type: message") when a parse filter raised on
     # this lease's page (the fetcher sends a dead letter; the page is kept).
     parse_filter_error: tuple[str, str] | None = None
+    # Set by process_lease: how long after our end the server may still be at the request
+    # (udfs/fetcher/client.py FetchResponse.linger_s); the gaps after it wait for it too.
+    linger_s: float = 0.0
 
 
 async def process_lease(lease: LeaseRecord, ctx: FetchContext
@@ -97,6 +100,7 @@ async def process_lease(lease: LeaseRecord, ctx: FetchContext
     resp = await fetch(ctx.session, url, kind, ctx.limits, ctx.user_agent,
                        lease["etag"], lease["last_modified"],
                        keep_exchange=ctx.warc is not None)
+    ctx.linger_s = resp.linger_s
     now_ms = ctx.clock_ms()
     where = None  # the WARC record's location (udfs.storage.warc.Location)
     # The WARC writer's SHA-256 and compression of the payload, for the body store when

@@ -111,14 +111,16 @@ class Turns:
         self.selfcheck.start(timing.host_key, at, timing.pace.gap_s, timing.pace.max_in_flight)
 
     async def release(self, timing: LeaseTiming, started: float,
-                      completion: Completion | None, sent: bool = True) -> None:
+                      completion: Completion | None, sent: bool = True,
+                      linger_s: float = 0.0) -> None:
         """The request is over: its host's next request may follow after the gap. The
         gap runs from now (after storing and parsing: never shorter than from the
-        response), and the duration rule uses the request's own duration — the one the
-        completion reports and the frontier plans from — not our store and parse time.
-        `sent=False`: the host's turn was taken but no request went out (the address's
-        turn came too late): the slot is free again, with no gap to add."""
-        now = time.time()
+        response), plus `linger_s` for a request we cut short (the server may still be at
+        it: FetchResponse.linger_s); the duration rule uses the request's own duration —
+        the one the completion reports and the frontier plans from — not our store and
+        parse time. `sent=False`: the host's turn was taken but no request went out (the
+        address's turn came too late): the slot is free again, with no gap to add."""
+        now = time.time() + linger_s
         if not sent:
             self.queues.cancel(timing, now)
         elif completion is None:  # the fetch raised: all we know is the time it took
@@ -136,9 +138,10 @@ class Turns:
         async with turn:
             turn.notify_all()
 
-    async def release_address(self, address: str) -> None:
-        """The request to `address` is over: its next one may follow after its gap."""
-        self.ip_gate.end(address, time.time())
+    async def release_address(self, address: str, linger_s: float = 0.0) -> None:
+        """The request to `address` is over: its next one may follow after its gap, from
+        now plus `linger_s` (see release)."""
+        self.ip_gate.end(address, time.time() + linger_s)
         turn = self._address(address)
         async with turn:
             turn.notify_all()

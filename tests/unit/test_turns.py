@@ -1,0 +1,45 @@
+"""The fetcher task's waiting room (udfs/fetcher/turns.py): a request we cut short
+holds its host and its address for its linger too."""
+
+from __future__ import annotations
+
+import asyncio
+
+from udfs.core.addresses import AddressPolicy
+from udfs.core.backqueue import BackQueues, LeaseTiming
+from udfs.core.fetching import DnsCache, FetchLimits
+from udfs.core.ipgate import IpGate, IpPolicy
+from udfs.core.politeness import Pace
+from udfs.fetcher.turns import Turns
+
+HOST = "http://h.test"
+ADDRESS = "127.0.0.1"
+
+
+def turns() -> Turns:
+    cache = DnsCache(AddressPolicy.from_networks(["127.0.0.0/8"]), FetchLimits(), {})
+    return Turns(BackQueues(started_at=0.0, hold_s=60.0, fetch_s=30.0),
+                 IpGate(IpPolicy(min_gap_s=0.25, max_in_flight=1)), cache)
+
+
+def timing(lease_id: str) -> LeaseTiming:
+    return LeaseTiming(lease_id, HOST, issued_at=1.0, not_before=0.0, expires_at=4e9,
+                       prev_lease_id=None, pace=Pace(gap_s=0.5, duration_factor=0.0))
+
+
+def test_a_request_cut_short_adds_its_linger_to_the_host_gap_and_the_address_gap():
+    async def scenario(linger: float) -> tuple[float, float, float]:
+        t = turns()
+        first = timing("a")
+        assert t.queues.admit(first, 2.0) is None
+        t.queues.begin(first, 2.0)
+        t.ip_gate.begin(ADDRESS, 2.0)
+        await t.release(first, 2.0, None, linger_s=linger)
+        await t.release_address(ADDRESS, linger)
+        now = t.ip_gate.addresses[ADDRESS].last_end - linger  # when release ran
+        return now, t.queues.start_at(timing("b"), now) - now, t.ip_gate.wait(ADDRESS, now)
+
+    now, host_wait, address_wait = asyncio.run(scenario(0.0))
+    assert abs(host_wait - 0.5) < 0.05 and abs(address_wait - 0.25) < 0.05
+    now, host_wait, address_wait = asyncio.run(scenario(0.2))
+    assert abs(host_wait - 0.7) < 0.05 and abs(address_wait - 0.45) < 0.05
