@@ -44,7 +44,7 @@ class LeaseBook:
         # The last EXPIRED_SPENT_KEEP expired leases that spent an attempt of their URL:
         # lease_id → (url_id, url_version). A NOT_SENT the fetcher sends for one later
         # (it read the lease only after its expiry) gives the attempt back
-        # (Completions.refund).
+        # (Completions._refund).
         self.expired_spent: dict[str, tuple[str, int]] = {}
 
     def __len__(self) -> int:
