@@ -1180,6 +1180,19 @@ def p_live_hosts(cfg, w):
     return list(job.fn.cache)
 
 
+def p_rediscoveries(cfg, w):
+    """(Rediscoveries the intake kept from the host, rediscoveries the host counted) of a
+    link found again 100 s and 800 s after its first discovery."""
+    job = FrontierJob(cfg, w)
+    with job.clock():
+        for at in (0, 100, 800):
+            job.run(at)
+            job.discover([H + "/a"], source="LINK", depth=1)
+        job.run(900)
+    return (job.intake_runtime.metrics.read("urls_rediscovered_at_intake"),
+            job.runtime.metrics.read("frontier_events_total", event="urls_known"))
+
+
 def revisits(source: str, depth: int = 0, priority: float | None = None, until_days: float = 3,
              answer: Callable[[int], Answer] = lambda n: Answer(), duplicate: bool = False,
              duplicate_siblings: int = 0):
@@ -2021,6 +2034,12 @@ EFFECTS: dict[str, Effect] = {
         p_live_hosts, 2,
         lambda d, c, ch: d == ["http://a.test", "http://b.test", "http://c.test"]
         and c == ["http://b.test", "http://c.test"]),
+    "frontier.intake_recent_urls": Effect(
+        p_rediscoveries, 0, lambda d, c, ch: (d, c) == ((1, 1), (0, 2)),
+        "0: every URL goes to its host"),
+    "frontier.intake_recent_s": Effect(
+        p_rediscoveries, 1000.0, lambda d, c, ch: (d, c) == ((1, 1), (2, 0)),
+        "not sent again within intake_recent_s"),
     # recrawl (days between revisits)
     "recrawl.min_interval_s": Effect(
         revisits("LINK", 1, until_days=6, answer=lambda n: Answer(text=f"v{n}")), 129600.0,

@@ -84,14 +84,16 @@ def test_the_self_check_forgets_idle_hosts_not_busy_ones():
 def test_the_frontier_counts_its_events_and_the_eligibility_lag(world):  # noqa: F811
     cfg = load_config(env={})
     job = crawl(cfg, world, [seeds("/", "/a"), seeds("/b", source="LINK", depth=1),
-                             seeds("/", source="LINK", depth=1)], 30)
+                             seeds("/", source="LINK", depth=1), seeds("/")], 30)
     m = job.runtime.metrics
     pages = len(job.grants())
     assert pages == 3 and len(job.grants(kind="ROBOTS")) == 1
     assert m.read("frontier_events_total", event="leases_granted") == pages
     assert m.read("frontier_events_total", event="robots_leases") == 1
     assert m.read("frontier_events_total", event="urls_admitted") == 3
-    assert m.read("frontier_events_total", event="urls_known") == 1  # "/" again
+    # "/" again: as a link, kept back by the intake (its host had it); as a seed, sent.
+    assert job.intake_runtime.metrics.read("urls_rediscovered_at_intake") == 1
+    assert m.read("frontier_events_total", event="urls_known") == 1
     # Seeds are high-value, the link is not; every lease is in its class's count, and
     # the cumulative buckets hold it from its lag on.
     high = m.read("eligibility_lag_seconds_count", priority_class="high")

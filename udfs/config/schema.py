@@ -110,6 +110,8 @@ class Frontier(Section):
     clock_topic: Annotated[str, rule(r.optional_topic_name)]
     cache_urls: Annotated[int, at_least(1000)]
     cache_hosts: Annotated[int, at_least(1)]
+    intake_recent_urls: Annotated[int, between(0, 100_000_000)]
+    intake_recent_s: Annotated[float, between(1, DAY)]
     near_duplicate_bucket: Annotated[int, between(1, 1_000_000)]
     shard_above_urls: Annotated[int, at_least(0)]
     host_shards: Annotated[int, between(1, 4096)]

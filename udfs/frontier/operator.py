@@ -40,6 +40,7 @@ from udfs.core.frontier import (
     url_from_saved,
 )
 from udfs.core.frontier.hearing import FetcherHearing
+from udfs.core.frontier.recent import RecentUrls
 from udfs.core.recrawl import Dup
 from udfs.core.shards import ShardQueue, Transfer, shard_trap_policy
 from udfs.core.traps import DailyBudget
@@ -118,7 +119,9 @@ class Intake(ProcessFunction):
     the metric urls_refused_address. The user's URL filters (urls.filters) run here
     first; what they drop is counted in urls_filtered_total{filter}. Every discovered
     URL passes here (seeds, links, sitemap entries, redirect targets and robots.txt
-    Sitemap lines alike)."""
+    Sitemap lines alike). A rediscovery of a URL sent to its host within
+    frontier.intake_recent_s that could change nothing there is not sent again
+    (udfs/core/frontier/recent.py), counted in urls_rediscovered_at_intake."""
 
     def __init__(self, cfg_data: dict[str, Any]) -> None:
         self.cfg_data = cfg_data
@@ -136,6 +139,10 @@ class Intake(ProcessFunction):
         self.reg = registry()
         group = runtime_context.get_metrics_group()
         self.refused_address = group.counter("urls_refused_address")
+        # Rediscoveries not sent to their hosts again (udfs/core/frontier/recent.py).
+        self.recent = RecentUrls(cfg["frontier.intake_recent_urls"],
+                                 cfg["frontier.intake_recent_s"])
+        self.known_here = group.counter("urls_rediscovered_at_intake")
         # URLs dropped by the user's filters, by filter (a fixed, configured set).
         self.filtered = {name: group.add_group("filter", name).counter("urls_filtered_total")
                          for name, _ in self.filters}
@@ -192,12 +199,28 @@ class Intake(ProcessFunction):
         except AvroDecodeError as exc:
             yield self._dead(row, str(exc), type(exc).__name__)
 
+    def _fresh(self, links: list[NewUrl]) -> list[NewUrl]:
+        """The links whose host has not had them lately (udfs/core/frontier/recent.py);
+        the others are counted as its `urls_known` would have counted them."""
+        now, recent = _now(), self.recent
+        fresh = [link for link in links if recent.passes(
+            link["url"], now, priority=link["priority"], depth=link["depth"],
+            redirect_hops=link["redirect_hops"], lastmod=link["lastmod"],
+            is_seed=link["is_seed"])]
+        if len(fresh) < len(links):
+            self.known_here.inc(len(links) - len(fresh))
+        return fresh
+
     def _urls(self, row, discovered: records.DiscoveredUrls, own: str | None = None,
               own_links: list[NewUrl] | None = None):
         """Rows of one DiscoveredUrls record: to each host its URLs, dead letters for the
         refused ones. The URLs of host `own` go to `own_links` instead, when given."""
         found = intake(discovered, self.url_policy, self.address_policy, self.filters)
         for host_key, links in found.groups.items():
+            if self.recent.max_urls:
+                links = self._fresh(links)
+                if not links:
+                    continue
             if host_key == own and own_links is not None:
                 own_links.extend(links)
             else:

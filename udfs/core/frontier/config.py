@@ -33,6 +33,10 @@ class FrontierConfig:
     cold_bucket_s: float = 3600.0
     cache_urls: int = 2_000_000  # the frontier job's cache of live hosts, in URLs
     cache_hosts: int = 10_000  # and in hosts
+    # The intake's memory of URLs sent to their hosts lately (recent.py): how many,
+    # for how long.
+    intake_recent_urls: int = 100_000
+    intake_recent_s: float = 600.0
     near_duplicate_bucket: int = 1000  # the job's index stage: SimHashes kept per band value
     # Look-ahead: leases granted before their time (the fetcher holds them until their
     # not_before and enforces the gap at request time), so that a host's pace is not
