@@ -134,7 +134,8 @@ def crawl(name: str, sites: int, hostile: bool, stall: float, seconds: int) -> d
             if pages and pages[0].start + seconds <= time.monotonic():
                 break
             if not all(job.alive() for job in jobs.values()):
-                raise SystemExit(f"a job died; see {work}")
+                raise SystemExit(f"a job died; see {work}\n" + "\n".join(
+                    job.report() for job in jobs.values() if not job.alive()))
             for msg in completions:
                 if REG.writer_name(msg.value) != "completion":
                     continue  # URLs too many for their completion, sent before it

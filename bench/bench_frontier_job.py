@@ -102,7 +102,7 @@ def measure(hosts: int, urls: int, seconds: int, backend: str,
     deadline = start + seconds + 180  # bounded: job start-up plus the window
     while time.monotonic() < deadline:
         if not job.alive():
-            raise SystemExit(f"the frontier job died; see {log}")
+            raise SystemExit(f"the frontier job died; see {log}\n{job.report()}")
         for m in leases:
             lease = REG.decode("lease", m.value)
             if first is None:

@@ -73,7 +73,7 @@ def wait_admitted(job: JobProcess, port: int, want: int, timeout_s: float, log: 
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if not job.alive():
-            raise SystemExit(f"the frontier job died; see {log}")
+            raise SystemExit(f"the frontier job died; see {log}\n{job.report()}")
         if admitted(port) >= want:
             return time.monotonic()
         time.sleep(0.2)

@@ -129,7 +129,7 @@ def measure(urls: int, hosts: int, hot_share: float, timeout_s: float,
     deadline = time.monotonic() + timeout_s
     while True:  # bounded: every offset committed, or the deadline
         if not job.alive():
-            raise SystemExit(f"the frontier job died; see {log}")
+            raise SystemExit(f"the frontier job died; see {log}\n{job.report()}")
         committed = {tp: watcher.committed(tp) or 0 for tp in parts}
         if all(committed[tp] >= ends[tp] for tp in parts):
             break
