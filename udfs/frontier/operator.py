@@ -142,7 +142,7 @@ class Intake(ProcessFunction):
         # Rediscoveries not sent to their hosts again (udfs/core/frontier/recent.py).
         self.recent = RecentUrls(cfg["frontier.intake_recent_urls"],
                                  cfg["frontier.intake_recent_s"])
-        self.known_here = group.counter("urls_rediscovered_at_intake")
+        self.rediscovered = group.counter("urls_rediscovered_at_intake")
         # URLs dropped by the user's filters, by filter (a fixed, configured set).
         self.filtered = {name: group.add_group("filter", name).counter("urls_filtered_total")
                          for name, _ in self.filters}
@@ -201,14 +201,14 @@ class Intake(ProcessFunction):
 
     def _fresh(self, links: list[NewUrl]) -> list[NewUrl]:
         """The links whose host has not had them lately (udfs/core/frontier/recent.py);
-        the others are counted as its `urls_known` would have counted them."""
+        the others, which it would answer with urls_known or the same refusal, counted."""
         now, recent = _now(), self.recent
         fresh = [link for link in links if recent.passes(
             link["url"], now, priority=link["priority"], depth=link["depth"],
             redirect_hops=link["redirect_hops"], lastmod=link["lastmod"],
             is_seed=link["is_seed"])]
         if len(fresh) < len(links):
-            self.known_here.inc(len(links) - len(fresh))
+            self.rediscovered.inc(len(links) - len(fresh))
         return fresh
 
     def _urls(self, row, discovered: records.DiscoveredUrls, own: str | None = None,
