@@ -64,7 +64,8 @@ class RecentUrls:
         here = (depth, redirect_hops)
         if entry is not None and now - entry[0] < self.ttl_s:
             # A rule refuses a URL past a depth or past a number of hops, so a discovery
-            # no deeper and with no fewer hops than one sent gets the same answer.
+            # at least as deep and with at least as many hops as one sent gets the same
+            # answer (or the URL is known).
             shallower = not any(d <= depth and h <= redirect_hops for d, h in entry[1])
             if priority is None and lastmod is None and not is_seed and not shallower:
                 return False
