@@ -61,6 +61,11 @@ class Completions:
         self.dup_share = 0.0  # of its recent new pages, the share that were duplicates
         self.recent: list[tuple[float, str, str, int | None]] = []  # (at, kind, outcome, status)
 
+    def _stale(self, reason: str, url: str | None = None) -> CompletionResult:
+        """A completion that changes nothing (counted as completions_stale)."""
+        self._count("completions_stale")
+        return CompletionResult(Acceptance.STALE, url=url, reason=reason)
+
     def complete(self, r: FetchResult, now: float) -> CompletionResult:
         """Apply one fetch outcome; conditional on (url_id, url_version)."""
         if r.outcome is Outcome.NOT_SENT:
@@ -79,15 +84,13 @@ class Completions:
             return self._robots(r, lease, now)
         u = self.queue.urls.get(r.url_id)
         if u is None or r.url_version > u.version or r.url_version < u.accepted_version:
-            self._count("completions_stale")
-            return CompletionResult(Acceptance.STALE, reason="unknown URL or older round")
+            return self._stale("unknown URL or older round")
         if r.url_version == u.accepted_version:
             self._count("completions_duplicate")
             return CompletionResult(Acceptance.DUPLICATE, url=u.url,
                                     reason="this version was already accepted")
         if r.url_version < u.version:
-            self._count("completions_stale")
-            return CompletionResult(Acceptance.STALE, url=u.url, reason="older round")
+            return self._stale("older round", u.url)
         # Accept: this is the one result of this version.
         self.queue.dirty.add(u.url_id)
         u.accepted_version = u.version
@@ -133,18 +136,15 @@ class Completions:
         with its last attempt). Once only, however often the NOT_SENT comes."""
         spent = self.leases.expired_spent.pop(r.lease_id, None)
         if spent is None:
-            self._count("completions_stale")
-            return CompletionResult(Acceptance.STALE, reason="unknown lease")
+            return self._stale("unknown lease")
         url_id, version = spent
         u = self.queue.urls.get(url_id)  # (a URL spilled cold since keeps its count)
         if u is None or u.version != version:
-            self._count("completions_stale")
-            return CompletionResult(Acceptance.STALE, reason="a later round")
+            return self._stale("a later round")
         if u.status is UrlStatus.PARKED:
             if u.accepted_version != version or not (u.park_reason or "").startswith(
                     "lease expired"):
-                self._count("completions_stale")
-                return CompletionResult(Acceptance.STALE, url=u.url, reason="parked")
+                return self._stale("parked", u.url)
             # Undo the park (`_park`): the round was opened after version - 1 was
             # closed, and its expiries fell one short of the limit: its last attempt.
             u.status, u.park_reason, u.relet = UrlStatus.QUEUED, None, True
@@ -153,8 +153,7 @@ class Completions:
             self.queue.enqueue(u, now)
             self._count("urls_unparked")
         elif u.accepted_version >= version:
-            self._count("completions_stale")
-            return CompletionResult(Acceptance.STALE, url=u.url, reason="its round is over")
+            return self._stale("its round is over", u.url)
         elif u.attempt > 0:
             u.attempt -= 1
         self.queue.dirty.add(url_id)
@@ -163,8 +162,7 @@ class Completions:
 
     def _robots(self, r: FetchResult, lease: Lease | None, now: float) -> CompletionResult:
         if lease is None or not self.gate.owns(lease):
-            self._count("completions_stale")
-            return CompletionResult(Acceptance.STALE, reason="unknown robots lease")
+            return self._stale("unknown robots lease")
         status = r.http_status if r.outcome not in HOST_TROUBLE | {Outcome.ADDRESS_BLOCKED} \
             else None
         sitemaps = self.gate.fetched(r, lease, status, now)
