@@ -140,8 +140,8 @@ class Intake(ProcessFunction):
         group = runtime_context.get_metrics_group()
         self.refused_address = group.counter("urls_refused_address")
         # Rediscoveries not sent to their hosts again (udfs/core/frontier/recent.py).
-        self.recent = RecentUrls(cfg["frontier.intake_recent_urls"],
-                                 cfg["frontier.intake_recent_s"])
+        settings = frontier_config(cfg)
+        self.recent = RecentUrls(settings.intake_recent_urls, settings.intake_recent_s)
         self.rediscovered = group.counter("urls_rediscovered_at_intake")
         # URLs dropped by the user's filters, by filter (a fixed, configured set).
         self.filtered = {name: group.add_group("filter", name).counter("urls_filtered_total")
