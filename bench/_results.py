@@ -86,6 +86,18 @@ def cpu_seconds(pids: set[int]) -> float:
 _TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 
+def _task_cpu(pid: int, tid: int | str) -> tuple[str, float] | None:
+    """(name, user + system CPU seconds so far) of one thread, from Linux /proc."""
+    try:
+        with open(f"/proc/{pid}/task/{tid}/stat", encoding="latin-1") as f:
+            stat = f.read()
+    except OSError:
+        return None
+    fields = stat[stat.rindex(")") + 2:].split()
+    return stat[stat.index("(") + 1:stat.rindex(")")], \
+        (int(fields[11]) + int(fields[12])) / _TICK
+
+
 def jit_seconds(pids: set[int]) -> dict[tuple[int, int], float]:
     """CPU seconds so far of the JVMs' JIT compiler threads (C1, C2) among these
     processes, by (pid, thread id): Linux /proc; empty elsewhere."""
@@ -96,16 +108,33 @@ def jit_seconds(pids: set[int]) -> dict[tuple[int, int], float]:
         except OSError:
             continue
         for tid in tids:
-            try:
-                with open(f"/proc/{pid}/task/{tid}/stat", encoding="latin-1") as f:
-                    stat = f.read()
-            except OSError:
-                continue
-            name = stat[stat.index("(") + 1:stat.rindex(")")]
-            if name.startswith(("C1 CompilerThre", "C2 CompilerThre")):
-                fields = stat[stat.rindex(")") + 2:].split()
-                out[(pid, int(tid))] = (int(fields[11]) + int(fields[12])) / _TICK
+            got = _task_cpu(pid, tid)
+            if got is not None and got[0].startswith(("C1 CompilerThre", "C2 CompilerThre")):
+                out[(pid, int(tid))] = got[1]
     return out
+
+
+class ThreadMeter:
+    """CPU seconds of one thread of this process between start() and the last sample()
+    (the synthetic web's serving thread: not part of either crawler's figures)."""
+
+    def __init__(self, tid: int) -> None:
+        self.tid = tid
+        self.base = self.last = 0.0
+
+    def _read(self) -> float:
+        got = _task_cpu(os.getpid(), self.tid)
+        return self.last if got is None else got[1]
+
+    def start(self) -> None:
+        self.base = self.last = self._read()
+
+    def sample(self) -> None:
+        self.last = self._read()
+
+    def seconds(self) -> float:
+        self.sample()
+        return self.last - self.base
 
 
 class CpuMeter:

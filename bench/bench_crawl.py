@@ -43,7 +43,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-from bench._results import CpuMeter, broker_pid, record  # noqa: E402
+from bench._results import CpuMeter, ThreadMeter, broker_pid, record  # noqa: E402
 from crawler.run import JobProcess, publish_seeds, synthetic_overrides  # noqa: E402
 from crawler.testkit.synthetic_web import SyntheticWeb, build_sites  # noqa: E402
 from udfs.config import TOPIC_KEYS, load_config  # noqa: E402
@@ -108,7 +108,7 @@ def scrapy_python() -> Path:
     return py
 
 
-def timed_window(web: SyntheticWeb, seconds: int, meters: list[CpuMeter], alive,
+def timed_window(web: SyntheticWeb, seconds: int, meters: list[CpuMeter | ThreadMeter], alive,
                  warmup: float = 0.0) -> tuple[float, float]:
     """From `warmup` seconds after the first request the web sees, `seconds` of
     crawling: (t0, t1), with the CPU meters running over exactly that window."""
@@ -141,10 +141,11 @@ PAGES = (90, 115)  # pages per site, a random count in this range
 
 def run_ours(sites: int, seconds: int, gap: float, workdir: Path, page_bytes: int,
              checkpoint_ms: int, extra: tuple[str, ...] = (), *, warmup: float = 0.0,
-             pages: tuple[int, int] = PAGES, jit: dict[str, float] | None = None):
+             pages: tuple[int, int] = PAGES, jit: dict[str, float] | None = None,
+             server: dict[str, float] | None = None):
     """One crawl of a fresh synthetic web: ((pages, violations, by kind), seconds, CPU
     seconds by part). `jit`, if given, receives each job's JIT compiler seconds (part
-    of its CPU seconds)."""
+    of its CPU seconds); `server`, the web server's CPU seconds (`serving`)."""
     web = SyntheticWeb(build_sites(sites, seed=11, pages=pages), page_bytes=page_bytes)
     web.start()
     base = load_config(env={})
@@ -168,10 +169,13 @@ def run_ours(sites: int, seconds: int, gap: float, workdir: Path, page_bytes: in
     broker = broker_pid()
     if broker:
         meters["kafka"] = CpuMeter([broker])
+    serving = ThreadMeter(web.thread_id or 0)
     try:
-        t0, t1 = timed_window(web, seconds, list(meters.values()),
+        t0, t1 = timed_window(web, seconds, [*meters.values(), serving],
                               lambda: all(j.alive() for j in jobs), warmup)
         parts = {name: m.seconds() for name, m in meters.items()}
+        if server is not None:
+            server["serving"] = serving.seconds()
         if jit is not None:
             jit.update({j.name: meters[j.name].jit() for j in jobs})
     finally:
@@ -183,7 +187,8 @@ def run_ours(sites: int, seconds: int, gap: float, workdir: Path, page_bytes: in
 
 
 def run_scrapy(sites: int, seconds: int, gap: float, workdir: Path, page_bytes: int, *,
-               warmup: float = 0.0, pages: tuple[int, int] = PAGES):
+               warmup: float = 0.0, pages: tuple[int, int] = PAGES,
+               server: dict[str, float] | None = None):
     web = SyntheticWeb(build_sites(sites, seed=11, pages=pages), page_bytes=page_bytes)
     web.start()
     spider = workdir / "spider.py"
@@ -194,10 +199,13 @@ def run_scrapy(sites: int, seconds: int, gap: float, workdir: Path, page_bytes: 
                              f"{gap},{int(seconds + warmup + 60)}",
                              f"@{seeds}"], cwd=workdir, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)
-    meter = CpuMeter([proc.pid])
+    meter, serving = CpuMeter([proc.pid]), ThreadMeter(web.thread_id or 0)
     try:
-        t0, t1 = timed_window(web, seconds, [meter], lambda: proc.poll() is None, warmup)
+        t0, t1 = timed_window(web, seconds, [meter, serving], lambda: proc.poll() is None,
+                              warmup)
         cpu = meter.seconds()
+        if server is not None:
+            server["serving"] = serving.seconds()
     finally:
         proc.terminate()
         try:
@@ -207,6 +215,21 @@ def run_scrapy(sites: int, seconds: int, gap: float, workdir: Path, page_bytes: 
             proc.wait(10)
         web.stop()
     return pages_and_violations(web, gap, t0, t1), t1 - t0, cpu
+
+
+def server_ms(server: dict[str, float], pages: int) -> float:
+    """The synthetic web's serving thread's CPU ms per page of one run."""
+    return 1000 * server.get("serving", 0.0) / max(pages, 1)
+
+
+def budget_at(rate: float, serving_ms: float) -> str:
+    """What this machine's cores leave a crawler per page at `rate` pages/s, once the web
+    server has had its share (`serving_ms` a page): the most CPU per page at which that
+    rate is possible here at all."""
+    cores = os.cpu_count() or 1
+    left = 1000 * cores / max(rate, 1e-9) - serving_ms
+    return f"{left:.1f} ({cores} cores at {rate:,.1f} pages/s, less {serving_ms:.1f} " \
+        "for the web server)"
 
 
 WINDOW = "seconds measured (after a warm-up of) / gap / page size / pages per site / " \
@@ -382,12 +405,15 @@ def main() -> None:
     for sites in sizes:
         with tempfile.TemporaryDirectory() as tmp:
             jit: dict[str, float] = {}
+            ours_server: dict[str, float] = {}
+            theirs_server: dict[str, float] = {}
             (ours, ours_v, ours_kinds), ours_s, ours_parts = run_ours(
                 sites, args.seconds, args.gap, Path(tmp) / "ours", args.page_bytes,
-                args.checkpoint_ms, warmup=args.warmup, pages=pages, jit=jit)
+                args.checkpoint_ms, warmup=args.warmup, pages=pages, jit=jit,
+                server=ours_server)
             (theirs, theirs_v, theirs_kinds), theirs_s, theirs_cpu = run_scrapy(
                 sites, args.seconds, args.gap, Path(tmp), args.page_bytes,
-                warmup=args.warmup, pages=pages)
+                warmup=args.warmup, pages=pages, server=theirs_server)
             other = [(v, run_ours(sites, args.seconds, args.gap, Path(tmp) / f"variant{i}",
                                   args.page_bytes, args.checkpoint_ms, v,
                                   warmup=args.warmup, pages=pages))
@@ -407,6 +433,11 @@ def main() -> None:
             (f"{sites} sites: of which the jobs' JIT compilers (C1, C2)",
              f"{1000 * sum(jit.values()) / max(ours, 1):.1f} ({per_page(jit, ours)})"),
             (f"{sites} sites: Scrapy CPU ms per page", f"{theirs_ms:.1f} ({theirs_cpu:.0f} CPU s)"),
+            (f"{sites} sites: the web server's CPU ms per page (counted for neither)",
+             f"{server_ms(ours_server, ours):.1f} in this crawler's run, "
+             f"{server_ms(theirs_server, theirs):.1f} in Scrapy's"),
+            (f"{sites} sites: CPU ms per page this crawler may spend at 2x Scrapy's pages/s",
+             budget_at(2 * theirs_rate, server_ms(ours_server, ours))),
             (f"{sites} sites: politeness violations, this crawler", f"{ours_v} {ours_kinds}"),
             (f"{sites} sites: politeness violations, Scrapy", f"{theirs_v} {theirs_kinds}"),
         ]
@@ -430,7 +461,10 @@ def main() -> None:
                  "exactly-once (committed at each checkpoint); Scrapy schedules in memory, in one "
                  "process, and keeps nothing across a crash. CPU: user + system seconds of "
                  "every process of each crawler over the measured window, divided by its "
-                 "pages; the web server (this process) is not counted for either.")
+                 "pages; the web server (this process) is not counted for either. Its own CPU per "
+                 "page is shown apart, and so is what the machine's cores leave a crawler per "
+                 "page at twice Scrapy's rate once the web server has had its share: a "
+                 "crawler that spends more cannot reach that rate on this machine.")
 
 
 if __name__ == "__main__":

@@ -217,6 +217,7 @@ class SyntheticWeb:
         self._lock = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
+        self.thread_id: int | None = None  # the serving thread's OS id (its CPU, measured)
         self._runner: web.AppRunner | None = None
         self._ready = threading.Event()
         self._log_file = open(log_path, "a", encoding="utf-8") if log_path else None  # noqa: SIM115
@@ -387,6 +388,7 @@ class SyntheticWeb:
         return self.port
 
     def _run(self) -> None:
+        self.thread_id = threading.get_native_id()
         self._loop = asyncio.new_event_loop()
         asyncio.set_event_loop(self._loop)
         app = web.Application()
