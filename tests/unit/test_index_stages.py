@@ -86,53 +86,60 @@ def test_band_flags_near_pages_and_asks_an_empty_bucket_nothing():
     # The first page of a bucket: its size is read, the page stored, nothing scanned.
     assert calls.count == Counter(value=1, put=1, update=1)
     assert run(band, calls, "far", far) is None
-    assert calls.count["items"] == calls.count["contains"] == 0
+    assert calls.count == Counter(value=2, put=2, update=2)
 
     assert run(band, calls, "b", b) == "a"
     assert run(band, calls, "c", c) == "b"  # (a: 6 bits away; the bucket is full at 2)
     assert run(band, calls, "a", a) == "b"  # a page again: never its own near duplicate
-    assert calls.count["items"] == 3 and calls.count["put"] == 3  # a, far, b: c not kept
+    # The buckets were met once each: never scanned or asked for a URL in the state.
+    assert calls.count == Counter(value=2, put=3, update=3)  # a, far, b: c not kept
     assert band.seen.data == {near_key({"simhash": 0, "url_id": "a"}, 0): {"a": 0, "b": b},
                               near_key({"simhash": to_signed64(far), "url_id": "far"}, 0):
                                   {"far": to_signed64(far)}}
+    assert band.size.data == {near_key({"simhash": 0, "url_id": "a"}, 0): 2,
+                              near_key({"simhash": to_signed64(far), "url_id": "far"}, 0): 1}
 
 
-def test_band_reads_a_bucket_size_once_and_a_restored_band_reads_it_again():
+def test_a_restored_band_reads_a_bucket_from_state_once():
     calls = Calls()
     band = NearDuplicateBand(0, max_bucket=2)
     band.open(Context(calls))
     a = 0
-    b, c, d = a ^ 0b1, a ^ 0b11, a ^ 0b111  # all in a's bucket of band 0
+    b, c, d, e = a ^ 0b1, a ^ 0b11, a ^ 0b111, a ^ 0b1111  # all in a's bucket of band 0
     assert run(band, calls, "a", a) is None
     assert run(band, calls, "b", b) == "a"
     assert run(band, calls, "c", c) == "a"  # the bucket is full (2): c is not kept
-    # The bucket's size was asked of the state once; the subtask kept it since.
-    assert calls.count["value"] == 1 and calls.count["update"] == 2
-    assert band.size.data == {near_key({"simhash": 0, "url_id": "a"}, 0): 2}
+    assert calls.count == Counter(value=1, put=2, update=2)
 
-    # A restored subtask (the same keyed state, nothing in memory) reads it again, and
-    # still keeps no more than the bucket holds.
+    # A restored subtask (the same keyed state, nothing in memory) reads the bucket
+    # once, and still keeps no more than the bucket holds.
     restored = NearDuplicateBand(0, max_bucket=2)
     restored.open(Context(calls))
     restored.seen, restored.size = band.seen, band.size
     assert run(restored, calls, "d", d) == "a"
-    assert calls.count["value"] == 2 and calls.count["update"] == 2
+    assert run(restored, calls, "e", e) == "b"  # (a: 4 bits away)
+    assert calls.count == Counter(value=2, items=1, put=2, update=2)
     assert set(band.seen.data[near_key({"simhash": 0, "url_id": "a"}, 0)]) == {"a", "b"}
 
 
-def test_band_sizes_past_the_memory_bound_are_read_and_those_kept_stay_current(monkeypatch):
+def test_buckets_past_the_memory_bound_are_read_from_state_and_stay_right(monkeypatch):
     import udfs.frontier.index as index
 
-    monkeypatch.setattr(index, "_MAX_SIZES", 1)
+    monkeypatch.setattr(index, "_MAX_CACHED", 2)
     calls = Calls()
-    band = NearDuplicateBand(0, max_bucket=2)
+    band = NearDuplicateBand(0, max_bucket=3)
     band.open(Context(calls))
     a, far = 0, 1 << 63
-    assert run(band, calls, "a", a) is None  # a's bucket: its size kept (the only one)
-    assert run(band, calls, "far", far) is None  # no room: read from state each time
-    assert run(band, calls, "far2", far ^ 1) == "far"
-    assert calls.count["value"] == 3
-    assert run(band, calls, "b", a ^ 0b1) == "a"
-    assert run(band, calls, "c", a ^ 0b11) == "a"  # the bucket is full at 2: c not kept
-    assert calls.count["value"] == 3
-    assert set(band.seen.data[near_key({"simhash": 0, "url_id": "a"}, 0)]) == {"a", "b"}
+    assert run(band, calls, "a", a) is None  # in memory: 1 fingerprint
+    assert run(band, calls, "far", far) is None  # in memory: 2
+    assert run(band, calls, "far2", far ^ 1) == "far"  # 3: far's bucket leaves memory
+    assert band.cached == 1 and list(band.buckets) == [near_key(
+        {"simhash": 0, "url_id": "a"}, 0)]
+    before = calls.count["items"]
+    assert run(band, calls, "far3", far ^ 0b11) == "far"  # read from state again
+    assert calls.count["items"] == before + 1
+    assert set(band.seen.data[near_key({"simhash": to_signed64(far), "url_id": "x"}, 0)]) \
+        == {"far", "far2", "far3"}
+    assert run(band, calls, "b", a ^ 0b1) == "a"  # a's bucket stays current in memory
+    assert band.buckets[near_key({"simhash": 0, "url_id": "a"}, 0)] == {"a": 0, "b": 1}
+    assert band.cached == 2

@@ -48,9 +48,10 @@ def near_key(event: IndexEvent, band: int, k: int = 3) -> str:
     return f"b{band}:{band_keys(from_signed64(event['simhash']), k)[band][1]}"
 
 
-# Band values whose bucket size a band subtask keeps in memory (a band of k = 3 has
-# 65,536 values; more only for a smaller k, whose bands are wider).
-_MAX_SIZES = 1 << 17
+# Fingerprints a band subtask keeps in memory with their buckets (about 200 bytes each:
+# 13 MB): enough for a crawl of some 65,000 pages a band subtask; past it, a bucket not
+# in memory is read from state on each event that falls in it.
+_MAX_CACHED = 1 << 16
 
 
 class NearDuplicateBand(KeyedProcessFunction):
@@ -70,38 +71,50 @@ class NearDuplicateBand(KeyedProcessFunction):
         self.reg = registry()
         self.seen = ctx.get_map_state(MapStateDescriptor("fingerprints", Types.STRING(),
                                                          Types.LONG()))
+        # The number of fingerprints in `seen`: read when a bucket is first met, so that
+        # an empty bucket (the usual case) is not asked for its entries.
         self.size = ctx.get_state(ValueStateDescriptor("size", Types.INT()))
-        # `size` of each band value this subtask has read or written: each read is a call
-        # into the JVM and a state-backend get, and most buckets are seen again. Only
-        # this subtask writes its keys, and a restored one starts with nothing here.
-        # A band value has 64 / (k + 1) bits (16 for k = 3): a bounded dict.
-        self.sizes: dict[str, int] = {}
+        # Buckets this subtask has read or written, whole ({url_id: simhash}, as `seen`
+        # holds them): each read of `seen` is a call into the JVM in thread mode, and an
+        # entry another. Only this subtask writes its keys, so a bucket kept here stays
+        # current (every write below goes to both); a restored subtask starts empty.
+        self.buckets: dict[str, dict[str, int]] = {}
+        self.cached = 0  # fingerprints in `buckets`
         # Counted once, where an event leaves the last band.
         self.near = ctx.get_metrics_group().counter("near_duplicates_total") \
             if self.band == self.k else None
+
+    def _bucket(self, key: str) -> dict[str, int]:
+        """The bucket of the current key, from memory or else from state (kept in memory
+        while there is room)."""
+        bucket = self.buckets.get(key)
+        if bucket is None:
+            bucket = dict(self.seen.items()) if self.size.value() else {}
+            if self.cached + len(bucket) <= _MAX_CACHED:
+                self.buckets[key] = bucket
+                self.cached += len(bucket)
+        return bucket
 
     def process_element(self, row, ctx):
         event: IndexEvent = pickle.loads(row[1])
         if event["simhash"] is not None and row[0].startswith("b"):
             fp = from_signed64(event["simhash"])
-            # `size` counts what `seen` holds (both change together): an empty bucket, the
-            # usual case, is neither scanned nor asked for the URL (each a call into the
-            # JVM in thread mode).
-            size = self.sizes.get(row[0])
-            if size is None:
-                size = self.size.value() or 0
-            if size and event["near_duplicate_of"] is None:
-                for other_id, other in self.seen.items():
-                    if other_id != event["url_id"] and hamming(fp, from_signed64(other)) <= \
-                            self.k:
+            bucket = self._bucket(row[0])
+            url_id = event["url_id"]
+            if event["near_duplicate_of"] is None:
+                for other_id, other in bucket.items():
+                    if other_id != url_id and hamming(fp, from_signed64(other)) <= self.k:
                         event["near_duplicate_of"] = other_id
                         break
-            if size < self.max_bucket and not (size and self.seen.contains(event["url_id"])):
-                self.seen.put(event["url_id"], event["simhash"])
-                size += 1
-                self.size.update(size)
-            if row[0] in self.sizes or len(self.sizes) < _MAX_SIZES:  # never left stale
-                self.sizes[row[0]] = size
+            if len(bucket) < self.max_bucket and url_id not in bucket:
+                self.seen.put(url_id, event["simhash"])
+                self.size.update(len(bucket) + 1)
+                bucket[url_id] = event["simhash"]
+                if self.buckets.get(row[0]) is bucket:
+                    self.cached += 1
+                    if self.cached > _MAX_CACHED:  # no room to grow: read from state again
+                        del self.buckets[row[0]]
+                        self.cached -= len(bucket)
         if self.band < self.k:
             yield Row(near_key(event, self.band + 1, self.k), pickle.dumps(event))
         else:
