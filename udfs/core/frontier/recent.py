@@ -66,7 +66,12 @@ class RecentUrls:
             # A rule refuses a URL past a depth or past a number of hops, so a discovery
             # at least as deep and with at least as many hops as one sent gets the same
             # answer (or the URL is known).
-            shallower = not any(d <= depth and h <= redirect_hops for d, h in entry[1])
+            # (A loop, not any() over a generator: this runs for every link a crawl finds.)
+            shallower = True
+            for d, h in entry[1]:
+                if d <= depth and h <= redirect_hops:
+                    shallower = False
+                    break
             if priority is None and lastmod is None and not is_seed and not shallower:
                 return False
             if shallower:
