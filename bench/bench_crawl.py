@@ -12,7 +12,9 @@ Figures: pages/s (HTML pages fetched with 200), the machine CPU they cost (user 
 system seconds of every process of the crawler: for this one both jobs' JVMs and
 Python workers and the Kafka broker; for Scrapy its process) per page, and the
 politeness oracle's violations over each crawler's own request log. The synthetic web
-serves from the benchmark's own process for both and is not counted. Scrapy runs from
+serves from the benchmark's own process for both and is not counted; its serving
+thread's CPU per page is shown apart, with what the machine's cores leave a crawler per
+page at twice Scrapy's rate once the web server has had its share. Scrapy runs from
 its own virtualenv under .cache (installed from PyPI on first use), resolving the .test
 names to 127.0.0.1. `--variant` runs this crawler once more per variant, with those
 settings over the defaults, reported beside the default run. Needs the local stack
