@@ -21,8 +21,8 @@ from tests.integration.conftest import free_port
 
 pytestmark = pytest.mark.integration
 CRAWL = str(Path(sys.executable).with_name("crawl"))
-SETTLE_S = 12.0  # leases already out when a command lands: in flight + look-ahead, used
-# at the pace of the fetches, which a slow machine (2026-12-02: ~7 s) stretches
+SETTLE_S = 12.0  # leases already out when a command applies: in flight + look-ahead,
+# used at the pace of the fetches, which a slow machine (2026-12-02: ~7 s) stretches
 
 
 def crawl_cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
@@ -32,6 +32,12 @@ def crawl_cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
 def page_starts(log_path: Path, host: str, since: float = 0.0) -> list[float]:
     return sorted(r.start for r in load_log(log_path)
                   if r.host == host and not r.is_robots and r.start >= since)
+
+
+def applied_at(reply: dict) -> float:
+    """When the frontier applied a command (its reply's wall-clock time), on this
+    machine's monotonic clock."""
+    return time.monotonic() - (time.time() - reply["replied_at_ms"] / 1000.0)
 
 
 def wait_for(check, timeout_s: float, what: str):
@@ -68,14 +74,15 @@ def test_pause_set_resume_show_against_a_running_crawl(cfg, tmp_path):
             return hosts if len(hosts) >= 2 else []
 
         paused, slowed = wait_for(busy_hosts, 120, "two hosts with pages fetched")[:2]
-        # From when each command is sent (it applies at once; the CLI then waits for a
-        # checkpoint to hold it before it returns).
-        paused_at = time.monotonic()
-        res = crawl_cli("host", "pause", paused, "--run", run_id)
+        # Each command is timed from when the frontier applied it (its reply's time, on
+        # this machine's monotonic clock, which the server's log uses too): not from when
+        # it was sent, which a loaded frontier may read seconds later, nor from when the
+        # CLI returns, after a checkpoint has held it.
+        res = crawl_cli("host", "pause", paused, "--run", run_id, "--json")
         assert res.returncode == 0, res.stderr
-        assert f"pause {paused}: done; kept in a checkpoint" in res.stdout, res.stdout
-        assert "PAUSED" in res.stdout
-        slowed_at = time.monotonic()
+        reply = json.loads(res.stdout)
+        assert reply["applied"] and reply["durable"] and reply["detail"]["paused"]
+        paused_at = applied_at(reply)
         res = crawl_cli("host", "set", slowed, "politeness.min_gap_s=3", "--run", run_id,
                         "--json")
         assert res.returncode == 0, res.stderr
@@ -83,6 +90,7 @@ def test_pause_set_resume_show_against_a_running_crawl(cfg, tmp_path):
         assert reply["applied"] and reply["durable"]
         assert reply["detail"]["policy"]["min_gap_s"] == 3.0
         assert reply["run_id"] == run_id
+        slowed_at = applied_at(reply)
         time.sleep(40)
 
         # From the server's log: nothing for the paused host once its leases already out
@@ -103,6 +111,7 @@ def test_pause_set_resume_show_against_a_running_crawl(cfg, tmp_path):
         resumed = time.monotonic()
         res = crawl_cli("host", "resume", paused, "--run", run_id)
         assert res.returncode == 0, res.stderr
+        assert f"resume {paused}: done; kept in a checkpoint" in res.stdout, res.stdout
         wait_for(lambda: page_starts(log_path, paused, resumed), 20,
                  "requests to the resumed host")
         # A host this crawl does not know: answered from an empty host.
