@@ -14,6 +14,7 @@ from kafka.admin import NewTopic
 
 from crawler.cli import main as crawl
 from crawler.run import JobProcess
+from tests.integration.conftest import STARTUP_S
 from tests.integration.test_frontier_job import REG, completion_for
 from udfs.core.audit import PREFIX, decode_records, dedupe
 from udfs.core.urls import split_host_key
@@ -83,7 +84,7 @@ def test_crawl_audit_shows_fetches_after_the_completions_topic_rolled_over(
         job.start()
 
         prefix = f"{PREFIX}day="
-        deadline = time.monotonic() + 90
+        deadline = time.monotonic() + STARTUP_S
         written: list[str] = []
         while time.monotonic() < deadline and job.alive():
             written = [k for k in store.list_objects(prefix) if f"/{comps}/" in k]

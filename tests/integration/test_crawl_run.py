@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 
 from crawler.run import Watcher
+from tests.integration.conftest import STARTUP_S
 from tests.unit.test_ssrf import Tripwire, loopback_forms
 from udfs.config import TOPIC_KEYS, load_config
 
@@ -63,14 +64,14 @@ def test_ip_literal_seeds_never_reach_loopback_and_every_config_source_reaches_b
         # longer than a fixed duration allows for the jobs to start.
         proc = subprocess.Popen(
             [str(crawl), "--config", str(cli_file), "run", "--seeds", str(seeds),
-             "--duration", "300", "--set", "frontier.clock_idle_ms=1500"],
+             "--duration", str(STARTUP_S + 60), "--set", "frontier.clock_idle_ms=1500"],
             env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         lines: list[str] = []
         reader = threading.Thread(target=lambda: lines.extend(proc.stdout), daemon=True)
         reader.start()
         watcher = None
         try:
-            deadline = time.monotonic() + 300
+            deadline = time.monotonic() + STARTUP_S + 60
             while time.monotonic() < deadline and proc.poll() is None:
                 seen = list(lines)
                 run_id = next((m.group(1) for m in map(RUN_ID.match, seen) if m), None)

@@ -12,7 +12,7 @@ from kafka import KafkaConsumer, KafkaProducer
 
 from crawler.run import JobProcess
 from crawler.testkit.synthetic_web import SyntheticWeb, build_sites
-from tests.integration.conftest import free_port, metric, wait_for_metric
+from tests.integration.conftest import STARTUP_S, free_port, metric, wait_for_metric
 from udfs.core.fingerprints import url_id
 from udfs.wire.avro import registry
 
@@ -41,7 +41,7 @@ def fetcher_overrides(web, tmp_path, topics: tuple[str, str, str, str], port: in
             f"storage.local_dir={tmp_path / 'objects'}", f"metrics.fetcher_port={port}"]
 
 
-def _read(cfg, topic, schema, until, timeout_s=120.0):
+def _read(cfg, topic, schema, until, timeout_s=STARTUP_S):
     """(key, record) of the records of `topic` written with `schema` (every record, as
     bytes, if None), in topic order, once `until` holds for them. The completions topic
     also holds the URLs of pages that had too many for their completion."""

@@ -7,6 +7,7 @@ from __future__ import annotations
 from kafka import KafkaProducer
 
 from crawler.run import JobProcess
+from tests.integration.conftest import STARTUP_S
 from tests.integration.test_frontier_job import REG, Topic, completion_for
 
 HOST = "http://hot.test"
@@ -54,7 +55,7 @@ def test_a_host_with_twenty_times_its_window_is_crawled_exactly_once(cfg, fresh_
             producer.flush()
             return sum(1 for _, r in records if r["kind"] == "PAGE") >= URLS
 
-        got = lease_topic.wait("lease", answer_all, timeout_s=240)
+        got = lease_topic.wait("lease", answer_all, timeout_s=STARTUP_S + 120)
         pages = [r for _, r in got if r["kind"] == "PAGE"]
         assert sorted(r["url"] for r in pages) == sorted(link["url"] for link in links)
         assert {(r["url_version"], r["attempt"]) for r in pages} == {(1, 1)}

@@ -10,7 +10,7 @@ import time
 from kafka import KafkaConsumer, KafkaProducer
 
 from crawler.run import JobProcess
-from tests.integration.conftest import free_port, metric, wait_for_metric
+from tests.integration.conftest import STARTUP_S, free_port, metric, wait_for_metric
 from udfs.wire.avro import load_examples, registry
 
 REG = registry()
@@ -26,7 +26,7 @@ class Topic:
                                       consumer_timeout_ms=500)
         self.seen: list = []
 
-    def wait(self, schema, predicate, timeout_s=90.0):
+    def wait(self, schema, predicate, timeout_s=STARTUP_S):
         """Read until predicate(records) holds; returns the records (key, decoded)."""
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:

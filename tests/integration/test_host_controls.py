@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from crawler.testkit.synthetic_web import load_log
-from tests.integration.conftest import free_port
+from tests.integration.conftest import STARTUP_S, free_port
 
 pytestmark = pytest.mark.integration
 CRAWL = str(Path(sys.executable).with_name("crawl"))
@@ -54,7 +54,8 @@ def test_pause_set_resume_show_against_a_running_crawl(cfg, tmp_path):
     out_path = tmp_path / "run.out"
     with out_path.open("w") as out:
         run = subprocess.Popen(
-            [CRAWL, "run", "--sites", "6", "--max-pages", "100000", "--duration", "240",
+            [CRAWL, "run", "--sites", "6", "--max-pages", "100000",
+             "--duration", str(STARTUP_S + 240),
              "--set", f"metrics.frontier_port={free_port()}",
              "--set", f"metrics.fetcher_port={free_port()}"],
             stdout=out, stderr=subprocess.STDOUT, text=True)
@@ -73,7 +74,7 @@ def test_pause_set_resume_show_against_a_running_crawl(cfg, tmp_path):
             hosts = sorted(h for h, n in counts.items() if n >= 3)
             return hosts if len(hosts) >= 2 else []
 
-        paused, slowed = wait_for(busy_hosts, 120, "two hosts with pages fetched")[:2]
+        paused, slowed = wait_for(busy_hosts, STARTUP_S, "two hosts with pages fetched")[:2]
         # Each command is timed from when the frontier applied it (its reply's time, on
         # this machine's monotonic clock, which the server's log uses too): not from when
         # it was sent, which a loaded frontier may read seconds later, nor from when the

@@ -11,7 +11,7 @@ from kafka import KafkaProducer
 from crawler.run import JobProcess
 from crawler.status import get_json
 from crawler.testkit.synthetic_web import HOSTILE_PAGES, SyntheticWeb, build_sites
-from tests.integration.conftest import free_port, metric, wait_for_metric
+from tests.integration.conftest import STARTUP_S, free_port, metric, wait_for_metric
 from tests.integration.test_fetcher_job import REG, _lease, _read, fetcher_overrides
 
 
@@ -42,7 +42,7 @@ def test_hostile_pages_end_cleanly_and_other_hosts_are_fetched(cfg, fresh_topics
         start = time.monotonic()
 
         got = _read(cfg, comps, "completion", lambda s: len(s) >= len(bad) + len(good),
-                    timeout_s=75.0)
+                    timeout_s=STARTUP_S)
         by_lease = {rec["lease_id"]: rec for _, rec in got}
         for lease_id, url in bad.items():
             rec = by_lease[lease_id]

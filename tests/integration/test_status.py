@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.conftest import free_port
+from tests.integration.conftest import STARTUP_S, free_port
 
 pytestmark = pytest.mark.integration
 
@@ -32,7 +32,8 @@ def test_status_of_a_running_crawl_from_another_process(cfg, tmp_path):
     with log.open("w") as out:
         run = subprocess.Popen(
             [sys.executable, "-m", "crawler.cli", "run", "--sites", "3", "--max-pages",
-             "100000", "--duration", "150", *(a for p in ports for a in ("--set", p))],
+             "100000", "--duration", str(STARTUP_S + 120),
+             *(a for p in ports for a in ("--set", p))],
             cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
     try:
         run_id = None
@@ -45,7 +46,7 @@ def test_status_of_a_running_crawl_from_another_process(cfg, tmp_path):
 
         # Wait until both jobs run, have checkpointed and the fetcher has fetched.
         status: dict = {}
-        deadline = time.monotonic() + 110
+        deadline = time.monotonic() + STARTUP_S
         while time.monotonic() < deadline:
             proc = _crawl("status", "--run", run_id, "--json", "--interval", "2")
             assert proc.returncode == 0, proc.stderr

@@ -11,6 +11,7 @@ from crawler import warc_tool
 from crawler.cli import main
 from crawler.run import JobProcess
 from crawler.testkit.synthetic_web import SyntheticWeb, build_sites
+from tests.integration.conftest import STARTUP_S
 from tests.integration.test_fetcher_job import REG, _lease, _read
 from udfs.storage.bodies import LocalStore
 from udfs.storage.warc import read_record, sha256_b32
@@ -137,7 +138,7 @@ def test_a_killed_fetchers_unpublished_file_is_published_by_the_next_one(
         assert len(list(temp.glob(".tmp-*.warc.gz"))) == 1
         second = JobProcess("fetcher", overrides, tmp_path / "fetcher-2.log")
         second.start()
-        deadline = time.monotonic() + 90
+        deadline = time.monotonic() + STARTUP_S
         while time.monotonic() < deadline and not warc_tool.list_files(store, "warc/"):
             time.sleep(0.5)
     finally:

@@ -23,7 +23,7 @@ from kafka.admin import NewTopic
 from crawler.cli import main as crawl
 from crawler.run import JobProcess, publish_seeds, synthetic_overrides
 from crawler.testkit.synthetic_web import Site, SyntheticWeb
-from tests.integration.conftest import free_port
+from tests.integration.conftest import STARTUP_S, free_port
 from udfs.config import TOPIC_KEYS, load_config
 from udfs.core.parse import parse_html
 from udfs.storage.bodies import open_store
@@ -75,7 +75,7 @@ def crawled(cfg, tmp_path_factory):
             job.start()
         publish_seeds(run_cfg, [web.host_key(web.site_list[0]) + "/"])
         # Quiet: index events unchanged for 4 s, and every event's file published.
-        deadline, seen, since = time.monotonic() + 150, -1, time.monotonic()
+        deadline, seen, since = time.monotonic() + STARTUP_S + 60, -1, time.monotonic()
         while True:
             assert time.monotonic() < deadline, \
                 ["the crawl did not settle", *(j.report() for j in jobs.values())]
