@@ -13,11 +13,11 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from pyflink.common import Types
+from pyflink.common import Row, Types
 
 from udfs.config import load_config
 from udfs.config.policies import frontier_config
-from udfs.flink.runtime import ROW_KEY_VALUE, KafkaIO, keyed, make_env, side_output
+from udfs.flink.runtime import ROW_KEY_VALUE, KafkaIO, make_env
 from udfs.frontier.audit import audit_trail
 from udfs.frontier.index import ContentDedup, NearDuplicateBand
 from udfs.frontier.operator import (
@@ -26,9 +26,9 @@ from udfs.frontier.operator import (
     HOST_INPUT,
     INDEX,
     INDEX_INPUT,
-    KEYED_HOST_INPUT,
     REPLIES,
     SHARDS,
+    TICK,
     FrontierFunction,
     Intake,
 )
@@ -69,20 +69,19 @@ def main(argv: Sequence[str] | None = None) -> None:
     # with the checkpoint that recorded the sender's side of it.
     shards = kafka.source(cfg.topic("shards"), "frontier", bounded=args.bounded,
                           ingestion_time=True)
+    records = discovered.union(completions, feedback, control, shards) \
+        .process(Intake(dict(cfg.data)),
+                 output_type=HOST_INPUT).uid("frontier-intake").name("decode and normalize")
     # The crawl clock: its watermark fires the hosts' event-time timers even when no
     # record arrives (wall-clock ticks, or a topic's timestamps for a virtual clock).
-    # Its ticks pass through the intake, which yields each row with its key: keyed in
-    # the JVM, with no Python hop between the intake and the hosts.
-    ticks = kafka.clock(cfg["frontier.clock_topic"])
-    records = discovered.union(completions, feedback, control, shards, ticks) \
-        .process(Intake(dict(cfg.data)), output_type=KEYED_HOST_INPUT) \
-        .uid("frontier-intake").name("decode and normalize")
-    frontier = keyed(records, HOST_INPUT) \
+    ticks = kafka.clock(cfg["frontier.clock_topic"]) \
+        .map(lambda _: Row("", TICK, b""), output_type=HOST_INPUT).name("crawl clock")
+    frontier = records.union(ticks).key_by(lambda r: r[0], key_type=Types.STRING()) \
         .process(FrontierFunction(dict(cfg.data)), output_type=ROW_KEY_VALUE) \
         .uid("frontier-hosts").name("frontier")
-    # Index events: exact duplicates by body hash, then one hop per SimHash band. The
-    # frontier yields them with their key, keyed in the JVM (no Python hop of its own).
-    index = keyed(side_output(frontier, INDEX), INDEX_INPUT) \
+    # Index events: exact duplicates by body hash, then one hop per SimHash band.
+    index = frontier.get_side_output(INDEX) \
+        .key_by(lambda r: r[0], key_type=Types.STRING()) \
         .process(ContentDedup(), output_type=INDEX_INPUT).uid("frontier-content-dedup")
     for band in range(4):
         last = band == 3
@@ -92,7 +91,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             .uid(f"frontier-near-duplicates-{band}")
     # The fetch audit trail: every completion into object storage, where it outlives the
     # completions topic (udfs/frontier/audit.py).
-    audit_trail(records, cfg)
+    audit_trail(completions, kafka, cfg)
 
     # Leases and the URLs the frontier found itself go out at once (at-least-once): a
     # lease from an epoch a restore forgets is harmless (the fetcher paces the host by
@@ -100,16 +99,16 @@ def main(argv: Sequence[str] | None = None) -> None:
     # waiting for the checkpoint would pace the host by checkpoints. Index events stay
     # exactly-once: unique per (url_id, url_version).
     kafka.sink(frontier, cfg.topic("leases"), exactly_once=False)
-    kafka.sink(side_output(frontier, DISCOVERED), cfg.topic("discovered"),
+    kafka.sink(frontier.get_side_output(DISCOVERED), cfg.topic("discovered"),
                exactly_once=False)
     # Replies at once: the CLI waits for them; a replayed command is answered again.
-    kafka.sink(side_output(frontier, REPLIES), cfg.topic("replies"),
+    kafka.sink(frontier.get_side_output(REPLIES), cfg.topic("replies"),
                exactly_once=False)
-    kafka.sink(side_output(frontier, SHARDS), cfg.topic("shards"), exactly_once=True,
+    kafka.sink(frontier.get_side_output(SHARDS), cfg.topic("shards"), exactly_once=True,
                transactional_id_prefix=f"frontier-{cfg.topic('shards')}")
     kafka.sink(index, cfg.topic("index"), exactly_once=True,
                transactional_id_prefix=f"frontier-{cfg.topic('index')}")
-    kafka.sink(side_output(records, DEAD_LETTERS), cfg.topic("deadletter"),
+    kafka.sink(records.get_side_output(DEAD_LETTERS), cfg.topic("deadletter"),
                exactly_once=True, transactional_id_prefix=f"frontier-{cfg.topic('deadletter')}")
     kafka.attach()
     env.execute("crawl frontier")

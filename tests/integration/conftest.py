@@ -108,31 +108,3 @@ def wait_for_metric(port: int, suffix: str, predicate, timeout_s: float = 60.0,
         time.sleep(1.0)
     raise AssertionError(f"{suffix}{labels} never satisfied the check; last scrape: "
                          f"{sorted(k[0] for k in samples)[:40]}")
-
-
-# A job's graph as Flink plans it (Python operators fused as they will run), printed
-# instead of run.
-_PLAN = """
-import importlib, sys
-from pyflink.datastream import StreamExecutionEnvironment
-
-def plan(env, name=None):
-    print("PLAN " + env.get_execution_plan().replace("\\n", " "), flush=True)
-
-StreamExecutionEnvironment.execute = plan
-importlib.import_module("jobs." + sys.argv[1]).main(sys.argv[2:])
-"""
-
-
-def job_plan(job: str, *overrides: str) -> dict[int, dict]:
-    """jobs/<job>.py's execution plan with `overrides` (KEY=VALUE): its nodes by id."""
-    import json
-    import subprocess
-    import sys
-
-    args = [a for o in overrides for a in ("--set", o)]
-    done = subprocess.run([sys.executable, "-c", _PLAN, job, *args],
-                          capture_output=True, text=True, timeout=300)
-    lines = [ln for ln in done.stdout.splitlines() if ln.startswith("PLAN ")]
-    assert done.returncode == 0 and lines, done.stdout[-2000:] + done.stderr[-3000:]
-    return {n["id"]: n for n in json.loads(lines[0][5:])["nodes"]}

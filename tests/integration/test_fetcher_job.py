@@ -3,13 +3,16 @@
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 import time
 
 from kafka import KafkaConsumer, KafkaProducer
 
 from crawler.run import JobProcess
 from crawler.testkit.synthetic_web import SyntheticWeb, build_sites
-from tests.integration.conftest import STARTUP_S, free_port, job_plan, metric, wait_for_metric
+from tests.integration.conftest import STARTUP_S, free_port, metric, wait_for_metric
 from udfs.core.fingerprints import url_id
 from udfs.wire.avro import registry
 
@@ -123,13 +126,31 @@ def test_fetcher_job_fetches_stores_and_reports(cfg, fresh_topics, tmp_path):
         web.stop()
 
 
+# jobs/fetcher.py's graph as Flink plans it, printed instead of run.
+_PLAN = """
+import sys
+from pyflink.datastream import StreamExecutionEnvironment
+import jobs.fetcher
+
+def plan(env, name=None):
+    print("PLAN " + env.get_execution_plan().replace("\\n", " "), flush=True)
+
+StreamExecutionEnvironment.execute = plan
+jobs.fetcher.main(sys.argv[1:])
+"""
+
+
 def test_a_pages_urls_and_its_completion_leave_through_the_fetch_tasks_own_producer():
     """The order of a page's URLs sent before its completion (too many to go inside it)
     holds through a crash only if both leave through one Kafka producer: the fetch
     subtask's own completions sink, every edge between them FORWARD at one parallelism
     (no rebalance that could send them to two sink subtasks), at a parallelism above 1
     too."""
-    nodes = job_plan("fetcher", "flink.parallelism=3")
+    done = subprocess.run([sys.executable, "-c", _PLAN, "--set", "flink.parallelism=3"],
+                          capture_output=True, text=True, timeout=300)
+    lines = [ln for ln in done.stdout.splitlines() if ln.startswith("PLAN ")]
+    assert done.returncode == 0 and lines, done.stdout[-2000:] + done.stderr[-3000:]
+    nodes = {n["id"]: n for n in json.loads(lines[0][5:])["nodes"]}
     (fetch,) = [n for n in nodes.values() if n["contents"] == "fetch, store, parse"]
 
     def path_to_fetch(node: dict) -> list[tuple[dict, str]] | None:

@@ -10,7 +10,7 @@ import time
 from kafka import KafkaConsumer, KafkaProducer
 
 from crawler.run import JobProcess
-from tests.integration.conftest import STARTUP_S, free_port, job_plan, metric, wait_for_metric
+from tests.integration.conftest import STARTUP_S, free_port, metric, wait_for_metric
 from udfs.wire.avro import load_examples, registry
 
 REG = registry()
@@ -175,27 +175,3 @@ def test_frontier_job_end_to_end_on_kafka(cfg, fresh_topics, other_topics, tmp_p
             "_total", "_bucket", "_count")) and "Kafka" not in n}))
     finally:
         job.stop()
-
-
-def test_a_record_goes_into_python_once_per_stage_of_the_frontier():
-    """PyFlink adds Python operators of its own around a job's functions: an identity
-    map behind every side output, and a map that puts the key beside each record before
-    a key_by, fused with the function before it only when that function has no other
-    output. Each is every record into Python and out again for nothing. The frontier's
-    hot path has none: the intake (which has dead letters beside) and the frontier
-    yield their rows with the key, keyed in the JVM; a side output goes straight to
-    its sink or stage."""
-    nodes = job_plan("frontier", "flink.parallelism=2")
-
-    def inputs(node: dict) -> list[tuple[str, str]]:
-        return [(nodes[p["id"]]["contents"], p["ship_strategy"])
-                for p in node.get("predecessors", [])]
-
-    named = {n["contents"]: n for n in nodes.values()}
-    assert inputs(named["frontier"]) == [("decode and normalize", "HASH")]
-    dedup = [n for n in nodes.values() if inputs(n) == [("frontier", "HASH")]]
-    assert [n["contents"] for n in dedup] == ["KEYED PROCESS, _stream_key_by_map_operator"]
-    assert not [n for n in nodes.values() if n["contents"] == "Map"]  # side outputs
-    # The fetch audit trail too: the intake yields its rows, keyed as they are.
-    assert inputs(named["fetch audit trail"]) == [("decode and normalize", "HASH")]
-    assert not [n for n in nodes.values() if n["contents"] == "_stream_key_by_map_operator"]

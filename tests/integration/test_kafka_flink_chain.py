@@ -105,3 +105,43 @@ def test_datastream_kafka_source_and_sink(cfg, fresh_topics):
                          capture_output=True, text=True, timeout=300)
     assert job.returncode == 0, job.stdout[-3000:] + job.stderr[-3000:]
     assert sorted(_read_all(cfg, target, len(values))) == sorted(values)
+
+
+WITHOUT_SCHEMA = """
+import sys
+from pyflink.common import Types
+from udfs.config import load_config
+from udfs.flink.runtime import KafkaIO, make_env
+cfg = load_config(env={}, overrides=["flink.restart_strategy=none"])
+env = make_env(cfg)
+kafka = KafkaIO(env, cfg)
+rows = kafka.without_schema(kafka.source(sys.argv[1], "without", bounded=True), "discovered")
+with rows.map(lambda r: bytes(r[1]).hex(), output_type=Types.STRING()).execute_and_collect() \\
+        as values:
+    for value in values:
+        print("KEPT", value, flush=True)
+"""
+
+
+def test_the_jvm_filter_drops_exactly_the_records_of_a_schema(cfg, fresh_topics):
+    """KafkaIO.without_schema (the audit trail's filter of the URLs pages gave on the
+    completions topic): every version of the schema is dropped in the JVM; records of
+    other schemas, and bytes that are no record at all, pass."""
+    (topic,) = fresh_topics("without")
+    discovered = [REG.encode("discovered", rec, version=v.version, check=False)
+                  for v in REG.versions("discovered")
+                  for rec in load_examples(v)[:1]]
+    completion = REG.encode("completion", load_examples(REG.latest("completion"))[0])
+    others = [completion, b"garbage", MAGIC, MAGIC + b"\xff" * 8 + b"x"]
+    producer = KafkaProducer(bootstrap_servers=cfg["kafka.bootstrap_servers"])
+    for v in [*discovered, *others]:
+        producer.send(topic, v)
+    producer.flush()
+    producer.close()
+    job = subprocess.run([sys.executable, "-c", WITHOUT_SCHEMA, topic],
+                         capture_output=True, text=True, timeout=300)
+    assert job.returncode == 0, job.stdout[-3000:] + job.stderr[-3000:]
+    kept = [bytes.fromhex(line.split()[1]) for line in job.stdout.splitlines()
+            if line.startswith("KEPT")]
+    assert len(discovered) == len(REG.versions("discovered")) >= 3
+    assert sorted(kept) == sorted(others)

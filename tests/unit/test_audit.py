@@ -152,20 +152,15 @@ class Task:
     processing-time timers on a virtual clock, one key per Kafka partition."""
 
     def __init__(self, cfg, store_dir, state=None, timers=None):
-        from udfs.frontier.audit import AuditWriter
-        from udfs.frontier.operator import Intake
+        from udfs.frontier.audit import AuditWriter, partition_key
 
+        self.partition_key = partition_key
         self.state = state if state is not None else {"map": {}, "value": {}}
         self.timers = set(timers or ())
         self.now_ms, self.key = D1, None
-        data = dict(load_config(env={}, overrides=[
-            *cfg, "storage.backend=local", f"storage.local_dir={store_dir}"]).data)
-        self.fn = AuditWriter(data)
+        self.fn = AuditWriter(dict(load_config(env={}, overrides=[
+            *cfg, "storage.backend=local", f"storage.local_dir={store_dir}"]).data))
         self.fn.open(self)
-        # The frontier's intake, which decodes each record and yields the writer's rows.
-        self.intake = Intake(data)
-        self.intake.open(self)
-        self.dead: list[str] = []  # the intake's dead letters' error types
 
     # runtime context
     def get_map_state(self, descriptor):
@@ -212,9 +207,6 @@ class Task:
         class G:
             def counter(self, name):
                 return C(name)
-
-            def add_group(self, key, value):
-                return self
         return G()
 
     # context and timer service
@@ -231,17 +223,8 @@ class Task:
         return copy.deepcopy(self.state), set(self.timers)
 
     def read(self, row):
-        """One Kafka row through the intake, and what it yields for the audit trail into
-        the writer (keyed by its first field, as the job keys it)."""
-        from udfs.frontier.audit import AUDIT
-        from udfs.frontier.operator import DEAD_LETTERS
-
-        for out in self.intake.process_element(row, None):
-            if isinstance(out, tuple) and out[0] == AUDIT:
-                self.key = out[1][0]
-                self.fn.process_element(out[1][1], self)
-            elif isinstance(out, tuple) and out[0] == DEAD_LETTERS:
-                self.dead.append(REG.decode("dead_letter", bytes(out[1][1]))["error_type"])
+        self.key = self.partition_key(row)
+        self.fn.process_element1(row, self)
 
     def advance(self, ms):
         until = self.now_ms + ms
@@ -315,15 +298,16 @@ def test_no_crash_or_restore_loses_or_doubles_an_entry(tmp_path, seed):
 
 
 def test_pages_urls_on_the_completions_topic_are_passed_over(tmp_path):
-    """The URLs the fetcher sends before a completion are not audited, nor is what is
-    no record: the intake dead-letters that, whole; every completion is audited."""
+    """The URLs the fetcher sends before a completion are neither audited nor counted
+    as unreadable completions (only the garbage is)."""
     task = Task(["audit.flush_records=1000", "audit.flush_s=5"], tmp_path)
     log = kafka_log(60, partitions=1)
     assert any(DISCOVERED.wrote(REG, r[1]) for r in log)
     for row in log:
         task.read(row)
     task.advance(10_000)
-    assert len(task.dead) == sum(1 for r in log if r[1] == b"garbage") > 0
+    assert task.counts.get("audit_unreadable_completions", 0) == \
+        sum(1 for r in log if r[1] == b"garbage")
     assert len(trail(tmp_path)) == sum(1 for r in log if COMPLETIONS.wrote(REG, r[1]))
 
 

@@ -376,13 +376,6 @@ def run_job(name: str, cfg: Config, world: World, *, real_env: bool = False) -> 
         mp.setattr(StreamTableEnvironment, "create", staticmethod(lambda env: _TableEnv(trace)))
         if hasattr(module, "restoring"):  # asks the JVM for its configuration
             mp.setattr(module, "restoring", lambda env: False)
-        import udfs.frontier.audit
-
-        # They reach into PyFlink's Java objects: here, the recorder they were given.
-        for user in (module, udfs.frontier.audit):
-            for helper in ("keyed", "side_output"):
-                if hasattr(user, helper):
-                    mp.setattr(user, helper, lambda ds, *args: ds)
         if hasattr(module, "AsyncDataStream"):
             mp.setattr(module, "AsyncDataStream", _Async(trace))
         module.main(["--config", str(world.config_file(cfg))])
@@ -645,20 +638,17 @@ class FrontierJob:
     def _send(self, stream: str, key: bytes, value: bytes) -> None:
         from pyflink.common import Row
 
-        from udfs.frontier.audit import AUDIT
         from udfs.frontier.operator import DEAD_LETTERS
 
         self._seq += 1
         for out in self.intake.process_element(
                 Row(key, value, self.topics[stream], 0, self._seq), None):
-            if isinstance(out, tuple) and out[0] == AUDIT:
-                continue  # the fetch audit trail's (AuditJob drives its writer)
             if isinstance(out, tuple):
                 assert out[0] == DEAD_LETTERS
                 self.dead.append(self.reg.decode("dead_letter", bytes(out[1][1])))
                 continue
-            self.key = out[0]  # (host_key, HOST_INPUT): keyed by the first
-            self._collect(self.fn.process_element(out[1], self.ctx))
+            self.key = out[0]
+            self._collect(self.fn.process_element(out, self.ctx))
 
     def _collect(self, outputs) -> None:
         from udfs.frontier.operator import DISCOVERED, INDEX, SHARDS
@@ -674,7 +664,7 @@ class FrontierJob:
                     if not self.lose_transfer(rec):
                         moves.append((bytes(out[1][0]), bytes(out[1][1])))
                 elif out[0] == INDEX:
-                    event = pickle.loads(out[1][1][1])  # (body_key, INDEX_INPUT)
+                    event = pickle.loads(out[1][1])
                     if event["url"] in self.duplicates:
                         event["duplicate_of"] = "0000000000000000"
                         self._send("index", event["url_id"].encode(),
@@ -914,15 +904,12 @@ class AuditJob:
     def send(self, url: str) -> None:
         from pyflink.common import Row
 
-        from udfs.frontier.audit import audit_row
         from udfs.wire.avro import load_examples
 
         rec = {**load_examples(self.reg.latest("completion"))[0], "url": url,
                "fetched_at_ms": self.now_ms}
-        # As the intake yields it (keyed by "crawl.completions#0", this task's key).
-        _, keyed_row = audit_row(rec, Row(b"k", None, "crawl.completions", 0, self.offset))
-        assert keyed_row[0] == self.key
-        self.fn.process_element(keyed_row[1], self)
+        self.fn.process_element1(Row(b"k", self.reg.encode("completion", rec),
+                                     "crawl.completions", 0, self.offset), self)
         self.offset += 1
 
     def advance(self, seconds: float) -> None:

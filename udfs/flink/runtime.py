@@ -20,8 +20,7 @@ from typing import Any
 
 from pyflink.common import Configuration, Types, WatermarkStrategy
 from pyflink.common.serialization import ByteArraySchema
-from pyflink.common.typeinfo import TypeInformation
-from pyflink.datastream import DataStream, KeyedStream, OutputTag, StreamExecutionEnvironment
+from pyflink.datastream import DataStream, StreamExecutionEnvironment
 from pyflink.datastream.connectors.base import DeliveryGuarantee
 from pyflink.datastream.connectors.kafka import (
     KafkaOffsetResetStrategy,
@@ -39,33 +38,6 @@ ROW_KEY_VALUE = Types.ROW_NAMED(["key", "value"], [Types.PRIMITIVE_ARRAY(Types.B
 log = logging.getLogger(__name__)
 
 BYTES = Types.PRIMITIVE_ARRAY(Types.BYTE())
-
-# The columns of a source's row (KafkaIO.source) for a row that is not a record: no key,
-# an empty value and topic ('' is no topic's name). NULLIF: nullable, as the source's
-# columns are (a union needs the same types).
-_EMPTY_SOURCE_COLUMNS = """CAST(NULL AS BYTES) AS `key`,
-    NULLIF(CAST(X'' AS BYTES), X'00') AS `value`, NULLIF(CAST('' AS STRING), 'x') AS `topic`,
-    NULLIF(CAST(0 AS INT), 1) AS `partition`, NULLIF(CAST(0 AS BIGINT), 1) AS `offset`"""
-
-
-def side_output(ds: DataStream, tag: OutputTag) -> DataStream:
-    """What `ds`'s Python function yielded to `tag`, as the JVM holds it. PyFlink's own
-    DataStream.get_side_output puts an identity Python map behind it: each record into
-    Python and out again for nothing, since a typed tag needs no conversion."""
-    return DataStream(ds._j_data_stream.getSideOutput(tag.get_java_output_tag()))
-
-
-def keyed(ds: DataStream, value_type: TypeInformation) -> KeyedStream:
-    """`ds` of Row(key, value) (a STRING key) keyed in the JVM, for a keyed Python
-    function that is given `value`: what PyFlink's key_by builds behind the Python map
-    that puts the key beside the value, which runs as an operator of its own (every
-    record into Python and out again once more) unless fused with a Python function
-    before it; here that function has yielded the pair itself."""
-    from pyflink.java_gateway import get_gateway
-
-    j_keyed = ds._j_data_stream.keyBy(get_gateway().jvm.KeyByKeySelector(),
-                                      Types.ROW([Types.STRING()]).get_java_type_info())
-    return KeyedStream(j_keyed, value_type, ds)
 
 
 def job_jars(cfg: Config) -> list[str]:
@@ -291,6 +263,7 @@ class KafkaIO:
         self.t_env = StreamTableEnvironment.create(env)
         self._statements = self.t_env.create_statement_set()
         self._sinks = 0
+        self._views = 0
         self._tables: dict[int, tuple[DataStream, Any]] = {}  # each stream as a table, once
 
     def _common(self, topic: str) -> str:
@@ -345,7 +318,7 @@ class KafkaIO:
             self.t_env.execute_sql(f"""
                 CREATE TABLE crawl_clock (
                   `value` BYTES,
-                  `ts` TIMESTAMP_LTZ(3) NOT NULL METADATA FROM 'timestamp' VIRTUAL,
+                  `ts` TIMESTAMP_LTZ(3) METADATA FROM 'timestamp' VIRTUAL,
                   WATERMARK FOR `ts` AS `ts`
                 ) WITH ('connector' = 'kafka', 'topic' = '{topic}',
                   'properties.bootstrap.servers' = '{self.cfg['kafka.bootstrap_servers']}',
@@ -357,12 +330,28 @@ class KafkaIO:
                   `ts` AS CAST(CURRENT_TIMESTAMP AS TIMESTAMP_LTZ(3)),
                   WATERMARK FOR `ts` AS `ts`
                 ) WITH ('connector' = 'datagen', 'rows-per-second' = '1')""")
-        # As a source's rows (the `ts` too), so that the clock joins the sources ahead
-        # of the frontier's intake: a union after it would stand between the intake and
-        # its key_by, which then runs as a Python operator of its own (every record
-        # into Python and out again once more).
+        return self.t_env.to_data_stream(self.t_env.from_path("crawl_clock"))
+
+    def without_schema(self, ds: DataStream, schema: str) -> DataStream:
+        """`ds`, Kafka rows as a source gives them, without the records written with any
+        version of `schema`: their values begin with its single-object header (marker
+        and fingerprint), tested in the JVM as a range of byte strings, so a record
+        dropped here never reaches Python."""
+        from udfs.wire.avro import MAGIC, registry
+
+        ranges = []
+        for version in registry().versions(schema):
+            head = MAGIC + version.fingerprint
+            # The values that begin with `head`: from head to its successor.
+            end = (int.from_bytes(head, "big") + 1).to_bytes(len(head), "big") \
+                if head.strip(b"\xff") else None
+            ranges.append(f"(`value` >= X'{head.hex()}'" +
+                          (f" AND `value` < X'{end.hex()}')" if end else ")"))
+        self._views += 1
+        view = f"without_{schema}_{self._views}"
+        self.t_env.create_temporary_view(view, ds)
         return self.t_env.to_data_stream(self.t_env.sql_query(
-            f"SELECT {_EMPTY_SOURCE_COLUMNS}, `ts` FROM crawl_clock"))
+            f"SELECT * FROM {view} WHERE `value` IS NULL OR NOT ({' OR '.join(ranges)})"))
 
     def ticks(self, rows_per_second: int = 1) -> DataStream:
         """Empty records with the columns of a source table: unioned with the source,
@@ -372,8 +361,13 @@ class KafkaIO:
         self.t_env.execute_sql(f"""
             CREATE TABLE crawl_ticks (`tick` INT)
             WITH ('connector' = 'datagen', 'rows-per-second' = '{rows_per_second}')""")
-        return self.t_env.to_data_stream(self.t_env.sql_query(
-            f"SELECT {_EMPTY_SOURCE_COLUMNS} FROM crawl_ticks"))
+        table = self.t_env.sql_query("""
+            SELECT CAST(NULL AS BYTES) AS `key`, NULLIF(CAST(X'' AS BYTES), X'00') AS `value`,
+                   NULLIF(CAST('' AS STRING), 'x') AS `topic`,
+                   NULLIF(CAST(0 AS INT), 1) AS `partition`,
+                   NULLIF(CAST(0 AS BIGINT), 1) AS `offset`
+            FROM crawl_ticks""")  # NULLIF: nullable, as the source's columns are
+        return self.t_env.to_data_stream(table)
 
     def sink(self, ds: DataStream, topic: str, *, exactly_once: bool,
              transactional_id_prefix: str = "", dest: str | None = None) -> None:

@@ -6,13 +6,9 @@ buffers audit records in keyed state (a map by offset, with the buffer's size an
 deadline beside it) and writes the buffer as objects — one per UTC day of fetch —
 when it holds audit.flush_records records, or audit.flush_s seconds after its first
 record arrived (a processing-time timer), whichever comes first; then clears it.
-Its input is the frontier's intake, which decodes every record of the completions
-topic anyway: for each completion it yields the audit record beside the row it sends
-the host (`audit_row`), keyed by the partition as it is, so a completion is neither
-decoded twice nor sent into Python a second time. The intake also reads the crawl
-clock, which never ends: this task keeps running when the completions source ends (a
-`--bounded` run), since Flink drops the pending processing-time timers, and the
-state, of a task whose inputs all ended.
+Its second input, a tick a second (`KafkaIO.ticks`), carries nothing: it keeps the
+task running when the completions source ends (a `--bounded` run), since Flink drops
+the pending processing-time timers, and the state, of a task whose inputs all ended.
 
 Why no audit entry is lost or counted twice:
 
@@ -35,11 +31,8 @@ Why no audit entry is lost or counted twice:
 * The URLs of a page that had too many to go inside its completion, which share the
   completions topic (just before the completion), are not fetches: they are passed
   over, by their schema.
-* An unreadable record is not audited: the frontier's intake sends it whole to the
-  dead-letter topic, which is never dropped.
-* The intake is between the source and this task: a checkpoint's barrier passes it
-  after the records before it, so the cut above still holds; a partition's records
-  come through one intake subtask, in their order.
+* An unreadable record is not audited here: the frontier's intake sends it whole to
+  the dead-letter topic, which is never dropped.
 
 At a job's end (cancel, a crash, `flink stop --savepointPath` as `crawl upgrade` does)
 the buffer — at most audit.flush_records records, at most audit.flush_s seconds old —
@@ -60,22 +53,17 @@ import logging
 import pickle
 from typing import Any
 
-from pyflink.common import Row, Types
-from pyflink.datastream import DataStream, KeyedProcessFunction, OutputTag
+from pyflink.common import Types
+from pyflink.datastream import DataStream, KeyedCoProcessFunction
 from pyflink.datastream.state import MapStateDescriptor, ValueStateDescriptor
 
 from udfs.config import Config
 from udfs.core.audit import audit_objects, audit_record
-from udfs.flink.runtime import BYTES, keyed, side_output
-from udfs.wire.records import Completion
+from udfs.flink.runtime import KafkaIO
+from udfs.wire.avro import AvroDecodeError, registry
+from udfs.wire.records import COMPLETIONS, DISCOVERED
 
 log = logging.getLogger(__name__)
-
-
-# The intake's side output to the writer: (topic#partition, Row(offset, the audit record
-# pickled, as the writer keeps it)).
-AUDIT_INPUT = Types.ROW_NAMED(["offset", "record"], [Types.LONG(), BYTES])
-AUDIT = OutputTag("audit", Types.ROW([Types.STRING(), AUDIT_INPUT]))
 
 
 def partition_key(row: Any) -> str:
@@ -83,16 +71,9 @@ def partition_key(row: Any) -> str:
     return f"{row[2]}#{row[3]}"
 
 
-def audit_row(completion: Completion, row: Any) -> tuple[OutputTag, Row]:
-    """What the intake yields for the writer: `completion`, decoded from the Kafka source
-    row `row`, keyed by its partition."""
-    record = audit_record(completion, row[2], row[3], row[4])
-    return AUDIT, Row(partition_key(row), Row(int(row[4]), pickle.dumps(record)))
-
-
-class AuditWriter(KeyedProcessFunction):
+class AuditWriter(KeyedCoProcessFunction):
     """Keyed by "topic#partition": buffers the partition's audit records, writes them.
-    Input: Row(offset, pickled audit record), from the intake (`audit_row`)."""
+    Input 1: Kafka rows of the completions topic; input 2: ticks (ignored)."""
 
     def __init__(self, cfg_data: dict[str, Any]) -> None:
         self.cfg_data = cfg_data
@@ -104,6 +85,7 @@ class AuditWriter(KeyedProcessFunction):
         self.flush_records = cfg["audit.flush_records"]
         self.flush_ms = int(round(cfg["audit.flush_s"] * 1000))
         self.store = open_store(cfg)
+        self.reg = registry()
         bytes_ = Types.PICKLED_BYTE_ARRAY()
         self.pending = ctx.get_map_state(MapStateDescriptor("audit-pending", Types.LONG(),
                                                             bytes_))
@@ -113,10 +95,22 @@ class AuditWriter(KeyedProcessFunction):
         metrics = ctx.get_metrics_group()
         self.records_written = metrics.counter("audit_records_written")
         self.objects_written = metrics.counter("audit_objects_written")
+        self.unreadable = metrics.counter("audit_unreadable_completions")
 
-    # No output: returns None, which Flink reads as no records.
-    def process_element(self, value, ctx) -> None:
-        self.pending.put(value[0], bytes(value[1]))
+    # No output: each returns None, which Flink reads as no records.
+    def process_element1(self, row, ctx) -> None:
+        data = bytes(row[1])
+        if DISCOVERED.wrote(self.reg, data):
+            # URLs too many for their completion (sent just before it), should one
+            # pass audit_trail's filter: passed over, not counted unreadable.
+            return
+        try:
+            completion = COMPLETIONS.decode(self.reg, data)
+        except AvroDecodeError:
+            self.unreadable.inc()  # the intake dead-letters it, whole
+            return
+        self.pending.put(int(row[4]), pickle.dumps(audit_record(completion, row[2], row[3],
+                                                                row[4])))
         count, due = self.meta.value() or (0, None)
         count += 1
         if count >= self.flush_records:
@@ -127,6 +121,9 @@ class AuditWriter(KeyedProcessFunction):
             due = timers.current_processing_time() + self.flush_ms
             timers.register_processing_time_timer(due)
         self.meta.update((count, due))
+
+    def process_element2(self, tick, ctx) -> None:
+        pass
 
     def on_timer(self, timestamp: int, ctx) -> None:
         meta = self.meta.value()
@@ -146,8 +143,11 @@ class AuditWriter(KeyedProcessFunction):
         self.meta.clear()
 
 
-def audit_trail(intake: DataStream, cfg: Config) -> DataStream:
-    """The audit branch of the frontier job: the intake's AUDIT side output in."""
-    return keyed(side_output(intake, AUDIT), AUDIT_INPUT) \
+def audit_trail(completions: DataStream, kafka: KafkaIO, cfg: Config) -> DataStream:
+    """The audit branch of the frontier job: Kafka rows of the completions topic in.
+    The URLs pages gave, which share that topic, are dropped in the JVM first: at
+    2,000 sites they were several records a page, each a call into Python."""
+    return kafka.without_schema(completions, "discovered").connect(kafka.ticks()) \
+        .key_by(partition_key, lambda _: "", key_type=Types.STRING()) \
         .process(AuditWriter(dict(cfg.data))).uid("frontier-audit-trail") \
         .name("fetch audit trail")

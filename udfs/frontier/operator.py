@@ -2,8 +2,7 @@
 
 `Intake` (not keyed) decodes discovered URLs, completions and index events (read
 back for their duplicate flags), normalizes and regroups links by their real
-host_key, and dead-letters what it cannot read; each completion's record for the
-fetch audit trail goes beside (udfs/frontier/audit.py).
+host_key, and dead-letters what it cannot read.
 `FrontierFunction` (keyed by host_key, thread mode) keeps each host's state in
 Flink keyed state — the host's fields in one value, its URLs in a map (a big
 host: a resident window plus a cold queue) — with a cache of live `HostFrontier`
@@ -48,7 +47,6 @@ from udfs.core.traps import DailyBudget
 from udfs.core.urlfilters import load_filters
 from udfs.core.urls import UrlPolicy, split_host_key
 from udfs.flink.runtime import ROW_KEY_VALUE
-from udfs.frontier.audit import audit_row
 from udfs.frontier.metrics import FrontierMetrics
 from udfs.frontier.pipeline import (
     DuplicateFeedback,
@@ -73,18 +71,12 @@ HOST_INPUT = Types.ROW_NAMED(["host_key", "kind", "payload"],
                              [Types.STRING(), Types.STRING(), Types.PICKLED_BYTE_ARRAY()])
 INDEX_INPUT = Types.ROW_NAMED(["body_key", "event"], [Types.STRING(),
                                                      Types.PICKLED_BYTE_ARRAY()])
-# What the intake yields: (host_key, HOST_INPUT), keyed as it is (runtime.keyed). The
-# intake has a side output (dead letters), so PyFlink's own key_by would run its Python
-# map that adds the key as an operator of its own: each record into Python once more.
-KEYED_HOST_INPUT = Types.ROW([Types.STRING(), HOST_INPUT])
 TICK = "T"  # HOST_INPUT kind of a crawl-clock tick
 DEAD_LETTERS = OutputTag("dead-letters", ROW_KEY_VALUE)
 DISCOVERED = OutputTag("discovered", ROW_KEY_VALUE)
 REPLIES = OutputTag("control-replies", ROW_KEY_VALUE)
 SHARDS = OutputTag("shards", ROW_KEY_VALUE)  # a hot host's owner ↔ shards (exactly-once)
-# Index events as (body_key, INDEX_INPUT): keyed as they are (runtime.keyed), with no
-# Python operator of PyFlink's own between the frontier and the content dedup.
-INDEX = OutputTag("index", Types.ROW([Types.STRING(), INDEX_INPUT]))
+INDEX = OutputTag("index", INDEX_INPUT)
 
 
 def transfer_row(reg: Any, t: Transfer) -> Row:
@@ -118,14 +110,8 @@ def parallel_subtasks(ctx) -> int:
         return ctx._runtime_context.getTaskInfo().getNumberOfParallelSubtasks()
 
 
-def to_host(host_key: str, kind: str, payload: bytes) -> Row:
-    """A KEYED_HOST_INPUT row: to the owner of `host_key`."""
-    return Row(host_key, Row(host_key, kind, payload))
-
-
 class Intake(ProcessFunction):
-    """Row(key, value, topic, partition, offset) → (host_key, Row(host_key, kind,
-    payload)); a row of no topic is a tick of the crawl clock, passed on as a TICK.
+    """Row(key, value, topic, partition, offset) → Row(host_key, kind, payload).
 
     Links are normalized with the configured drop list (urls.drop_query_params), and
     a URL whose host is an IP literal the address policy refuses (fetch.allowed_networks)
@@ -177,9 +163,6 @@ class Intake(ProcessFunction):
 
     def process_element(self, row, ctx):
         topic = row[2]
-        if not topic:  # a tick of the crawl clock (KafkaIO.clock): its watermark counts
-            yield to_host("", TICK, b"")
-            return
         data = bytes(row[1])
         try:
             # The completions topic also holds, just before a completion, the URLs its
@@ -194,16 +177,15 @@ class Intake(ProcessFunction):
                 event = records.INDEX.decode(self.reg, data)
                 feedback = duplicate_feedback(event)
                 if feedback is not None:
-                    yield to_host(event["host_key"], "F", pickle.dumps(feedback))
+                    yield Row(event["host_key"], "F", pickle.dumps(feedback))
             elif topic == self.control_topic:  # an operator's command, to the host's owner
                 command = records.CONTROL.decode(self.reg, data)
-                yield to_host(command["host_key"], "K", pickle.dumps(command))
+                yield Row(command["host_key"], "K", pickle.dumps(command))
             elif topic == self.shards_topic:  # to a hot host's shard, or back to its owner
                 t = transfer_from_record(records.SHARDS.decode(self.reg, data))
-                yield to_host(t.target, "S", pickle.dumps(t))
+                yield Row(t.target, "S", pickle.dumps(t))
             else:
                 completion = records.COMPLETIONS.decode(self.reg, data)
-                yield audit_row(completion, row)  # the fetch audit trail's record
                 # The URLs its fetch found (completion v4) to the other hosts first, then
                 # the completion (its `discovered` emptied) with its own host's URLs
                 # beside it, admitted in the same call just before it (a call fewer per
@@ -213,7 +195,7 @@ class Intake(ProcessFunction):
                 for found in records.found_records(completion):
                     yield from self._urls(row, found, own, own_links)
                 completion["discovered"] = []
-                yield to_host(own, "C", pickle.dumps((completion, own_links)))
+                yield Row(own, "C", pickle.dumps((completion, own_links)))
         except AvroDecodeError as exc:
             yield self._dead(row, str(exc), type(exc).__name__)
 
@@ -242,7 +224,7 @@ class Intake(ProcessFunction):
             if host_key == own and own_links is not None:
                 own_links.extend(links)
             else:
-                yield to_host(host_key, "D", pickle.dumps(links))
+                yield Row(host_key, "D", pickle.dumps(links))
         for url, name, error in found.filtered:
             self.filtered[name].inc()
             if error is not None:  # the filter raised: its bug, kept for its author
@@ -422,8 +404,8 @@ class FrontierFunction(KeyedProcessFunction):
                         raise RuntimeError(f"accepted {result.url} without its state")
                     event = index_event(result.state, completion,
                                         result.change)
-                    body_key = event["body_sha256"] or event["url_id"]
-                    yield INDEX, Row(body_key, Row(body_key, pickle.dumps(event)))
+                    yield INDEX, Row(event["body_sha256"] or event["url_id"],
+                                     pickle.dumps(event))
                 for host_key, rec in discovered_records(result.discovered, result.url,
                                                         ms(now)):
                     yield DISCOVERED, Row(host_key.encode(),
