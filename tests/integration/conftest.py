@@ -12,8 +12,9 @@ from udfs.config import Config, load_config
 # The longest a job is given from its launch to its first output: a MiniCluster and its
 # Python workers starting on two cores that another test's jobs share. Measured up to
 # ~105 s on a machine whose hypervisor took part of its CPU (a Python loop 2-3x its
-# usual time), ~35 s on an idle one. Every wait that includes a job's start adds this to
-# the time it gives what it checks, so a slow start fails no test on its own.
+# usual time), ~35 s on an idle one. Every wait that includes a job's start gives at
+# least this (plus, where it times more than the start, that too), so a slow start fails
+# no test on its own.
 STARTUP_S = 240.0
 
 
