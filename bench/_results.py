@@ -141,17 +141,22 @@ class CpuMeter:
     """Machine CPU of a set of process trees between start() and stop(): re-reads the
     trees at each sample (workers come and go), keeping each process's last figure.
     Apart, the part of it the JVMs' JIT compilers took (a compiler thread that ends
-    between samples loses its last second: the figure is a lower bound)."""
+    between samples loses its last second: the figure is a lower bound), and the split
+    by kind of process (`by_process`)."""
 
     def __init__(self, roots: list[int]) -> None:
         self.roots = roots
         self.base: dict[int, float] = {}
         self.last: dict[int, float] = {}
+        self.kinds: dict[int, str] = {}  # pid -> "JVM", "Python" (a root) or "others"
         self.jit_base: dict[tuple[int, int], float] = {}
         self.jit_last: dict[tuple[int, int], float] = {}
 
     def _sample(self) -> dict[int, float]:
-        return {pid: cpu_seconds({pid}) for pid in tree_pids(self.roots)}
+        got = {pid: cpu_seconds({pid}) for pid in tree_pids(self.roots)}
+        for pid in got.keys() - self.kinds.keys():
+            self.kinds[pid] = _process_kind(pid, self.roots)
+        return got
 
     def start(self) -> None:
         self.base = self._sample()
@@ -167,9 +172,30 @@ class CpuMeter:
         self.sample()
         return sum(v - self.base.get(pid, 0.0) for pid, v in self.last.items())
 
+    def by_process(self) -> dict[str, float]:
+        """Of seconds() (as of the last sample): CPU seconds by kind of process. A job
+        started by `python -m jobs.<name>` is its "Python" (in a local run, PyFlink's
+        process-mode UDF worker runs inside it, loopback), its "JVM" (a thread-mode
+        job's Python runs in there) and "others" (the fetcher's parser processes)."""
+        out: dict[str, float] = {}
+        for pid, v in self.last.items():
+            kind = self.kinds.get(pid, "others")
+            out[kind] = out.get(kind, 0.0) + v - self.base.get(pid, 0.0)
+        return out
+
     def jit(self) -> float:
         """Of seconds(): the JIT compiler threads' CPU seconds (as of the last sample)."""
         return sum(v - self.jit_base.get(k, 0.0) for k, v in self.jit_last.items())
+
+
+def _process_kind(pid: int, roots: list[int]) -> str:
+    if pid in roots:
+        return "Python"
+    try:
+        name = psutil.Process(pid).name()
+    except psutil.Error:
+        return "others"
+    return "JVM" if name == "java" else "others"
 
 
 def broker_pid() -> int | None:

@@ -144,10 +144,12 @@ PAGES = (90, 115)  # pages per site, a random count in this range
 def run_ours(sites: int, seconds: int, gap: float, workdir: Path, page_bytes: int,
              checkpoint_ms: int, extra: tuple[str, ...] = (), *, warmup: float = 0.0,
              pages: tuple[int, int] = PAGES, jit: dict[str, float] | None = None,
-             server: dict[str, float] | None = None):
+             server: dict[str, float] | None = None,
+             processes: dict[str, float] | None = None):
     """One crawl of a fresh synthetic web: ((pages, violations, by kind), seconds, CPU
     seconds by part). `jit`, if given, receives each job's JIT compiler seconds (part
-    of its CPU seconds); `server`, the web server's CPU seconds (`serving`)."""
+    of its CPU seconds); `server`, the web server's CPU seconds (`serving`);
+    `processes`, each job's CPU seconds by kind of process ("fetcher Python", ...)."""
     web = SyntheticWeb(build_sites(sites, seed=11, pages=pages), page_bytes=page_bytes)
     web.start()
     base = load_config(env={})
@@ -180,6 +182,9 @@ def run_ours(sites: int, seconds: int, gap: float, workdir: Path, page_bytes: in
             server["serving"] = serving.seconds()
         if jit is not None:
             jit.update({j.name: meters[j.name].jit() for j in jobs})
+        if processes is not None:
+            processes.update({f"{j.name} {kind}": cpu for j in jobs
+                              for kind, cpu in meters[j.name].by_process().items()})
     finally:
         for job in jobs:
             job.stop()
@@ -407,12 +412,13 @@ def main() -> None:
     for sites in sizes:
         with tempfile.TemporaryDirectory() as tmp:
             jit: dict[str, float] = {}
+            processes: dict[str, float] = {}
             ours_server: dict[str, float] = {}
             theirs_server: dict[str, float] = {}
             (ours, ours_v, ours_kinds), ours_s, ours_parts = run_ours(
                 sites, args.seconds, args.gap, Path(tmp) / "ours", args.page_bytes,
                 args.checkpoint_ms, warmup=args.warmup, pages=pages, jit=jit,
-                server=ours_server)
+                server=ours_server, processes=processes)
             (theirs, theirs_v, theirs_kinds), theirs_s, theirs_cpu = run_scrapy(
                 sites, args.seconds, args.gap, Path(tmp), args.page_bytes,
                 warmup=args.warmup, pages=pages, server=theirs_server)
@@ -432,6 +438,8 @@ def main() -> None:
              f"{ours_ms:.1f} ({ours_cpu:.0f} CPU s)"),
             (f"{sites} sites: this crawler CPU ms per page by part",
              per_page(ours_parts, ours)),
+            (f"{sites} sites: the jobs' CPU ms per page by process",
+             per_page(dict(sorted(processes.items(), key=lambda kv: -kv[1])), ours)),
             (f"{sites} sites: of which the jobs' JIT compilers (C1, C2)",
              f"{1000 * sum(jit.values()) / max(ours, 1):.1f} ({per_page(jit, ours)})"),
             (f"{sites} sites: Scrapy CPU ms per page", f"{theirs_ms:.1f} ({theirs_cpu:.0f} CPU s)"),
@@ -466,7 +474,11 @@ def main() -> None:
                  "pages; the web server (this process) is not counted for either. Its own CPU per "
                  "page is shown apart, and so is what the machine's cores leave a crawler per "
                  "page at twice Scrapy's rate once the web server has had its share: a "
-                 "crawler that spends more cannot reach that rate on this machine.")
+                 "crawler that spends more cannot reach that rate on this machine. By "
+                 "process: each job's JVM (the frontier's Python runs inside it, thread "
+                 "mode), its Python process (in a local run the fetcher's process-mode UDF "
+                 "worker runs there, loopback) and the others (the fetcher's parser "
+                 "processes).")
 
 
 if __name__ == "__main__":
