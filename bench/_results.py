@@ -137,6 +137,34 @@ class ThreadMeter:
         return self.last - self.base
 
 
+class EventMeter:
+    """The frontier's event counters (urls_admitted, leases_granted, ...) between
+    start() and the last sample(), scraped from its metrics port: the work a page brought
+    into the frontier, beside the CPU it cost there."""
+
+    def __init__(self, port: int) -> None:
+        self.port = port
+        self.base: dict[str, float] = {}
+        self.last: dict[str, float] = {}
+
+    def _read(self) -> dict[str, float]:
+        from crawler.status import by_label, scrape
+
+        samples = scrape(self.port)
+        return self.last if samples is None else \
+            by_label(samples, "event_frontier_events_total", "event")
+
+    def start(self) -> None:
+        self.base = self.last = self._read()
+
+    def sample(self) -> None:
+        """Nothing: a scrape costs the frontier's JVM CPU, so it is read at the ends only."""
+
+    def counts(self) -> dict[str, float]:
+        self.last = self._read()
+        return {k: v - self.base.get(k, 0.0) for k, v in self.last.items()}
+
+
 class CpuMeter:
     """Machine CPU of a set of process trees between start() and stop(): re-reads the
     trees at each sample (workers come and go), keeping each process's last figure.

@@ -45,7 +45,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-from bench._results import CpuMeter, ThreadMeter, broker_pid, record  # noqa: E402
+from bench._results import CpuMeter, EventMeter, ThreadMeter, broker_pid, record  # noqa: E402
 from crawler.run import JobProcess, publish_seeds, synthetic_overrides  # noqa: E402
 from crawler.testkit.synthetic_web import SyntheticWeb, build_sites  # noqa: E402
 from udfs.config import TOPIC_KEYS, load_config  # noqa: E402
@@ -110,7 +110,8 @@ def scrapy_python() -> Path:
     return py
 
 
-def timed_window(web: SyntheticWeb, seconds: int, meters: list[CpuMeter | ThreadMeter], alive,
+def timed_window(web: SyntheticWeb, seconds: int,
+                 meters: list[CpuMeter | ThreadMeter | EventMeter], alive,
                  warmup: float = 0.0) -> tuple[float, float]:
     """From `warmup` seconds after the first request the web sees, `seconds` of
     crawling: (t0, t1), with the CPU meters running over exactly that window."""
@@ -145,11 +146,13 @@ def run_ours(sites: int, seconds: int, gap: float, workdir: Path, page_bytes: in
              checkpoint_ms: int, extra: tuple[str, ...] = (), *, warmup: float = 0.0,
              pages: tuple[int, int] = PAGES, jit: dict[str, float] | None = None,
              server: dict[str, float] | None = None,
-             processes: dict[str, float] | None = None):
+             processes: dict[str, float] | None = None,
+             events: dict[str, float] | None = None):
     """One crawl of a fresh synthetic web: ((pages, violations, by kind), seconds, CPU
     seconds by part). `jit`, if given, receives each job's JIT compiler seconds (part
     of its CPU seconds); `server`, the web server's CPU seconds (`serving`);
-    `processes`, each job's CPU seconds by kind of process ("fetcher Python", ...)."""
+    `processes`, each job's CPU seconds by kind of process ("fetcher Python", ...);
+    `events`, the frontier's counted events (urls_admitted, ...) over the window."""
     web = SyntheticWeb(build_sites(sites, seed=11, pages=pages), page_bytes=page_bytes)
     web.start()
     base = load_config(env={})
@@ -174,14 +177,17 @@ def run_ours(sites: int, seconds: int, gap: float, workdir: Path, page_bytes: in
     if broker:
         meters["kafka"] = CpuMeter([broker])
     serving = ThreadMeter(web.thread_id or 0)
+    counted = EventMeter(cfg["metrics.frontier_port"])
     try:
-        t0, t1 = timed_window(web, seconds, [*meters.values(), serving],
+        t0, t1 = timed_window(web, seconds, [*meters.values(), serving, counted],
                               lambda: all(j.alive() for j in jobs), warmup)
         parts = {name: m.seconds() for name, m in meters.items()}
         if server is not None:
             server["serving"] = serving.seconds()
         if jit is not None:
             jit.update({j.name: meters[j.name].jit() for j in jobs})
+        if events is not None:
+            events.update(counted.counts())
         if processes is not None:
             processes.update({f"{j.name} {kind}": cpu for j in jobs
                               for kind, cpu in meters[j.name].by_process().items()})
@@ -413,12 +419,13 @@ def main() -> None:
         with tempfile.TemporaryDirectory() as tmp:
             jit: dict[str, float] = {}
             processes: dict[str, float] = {}
+            events: dict[str, float] = {}
             ours_server: dict[str, float] = {}
             theirs_server: dict[str, float] = {}
             (ours, ours_v, ours_kinds), ours_s, ours_parts = run_ours(
                 sites, args.seconds, args.gap, Path(tmp) / "ours", args.page_bytes,
                 args.checkpoint_ms, warmup=args.warmup, pages=pages, jit=jit,
-                server=ours_server, processes=processes)
+                server=ours_server, processes=processes, events=events)
             (theirs, theirs_v, theirs_kinds), theirs_s, theirs_cpu = run_scrapy(
                 sites, args.seconds, args.gap, Path(tmp), args.page_bytes,
                 warmup=args.warmup, pages=pages, server=theirs_server)
@@ -442,6 +449,9 @@ def main() -> None:
              per_page(dict(sorted(processes.items(), key=lambda kv: -kv[1])), ours)),
             (f"{sites} sites: of which the jobs' JIT compilers (C1, C2)",
              f"{1000 * sum(jit.values()) / max(ours, 1):.1f} ({per_page(jit, ours)})"),
+            (f"{sites} sites: the frontier's events per page (the most frequent)",
+             ", ".join(f"{name} {count / max(ours, 1):.2f}" for name, count in
+                       sorted(events.items(), key=lambda kv: -kv[1])[:6]) or "not scraped"),
             (f"{sites} sites: Scrapy CPU ms per page", f"{theirs_ms:.1f} ({theirs_cpu:.0f} CPU s)"),
             (f"{sites} sites: the web server's CPU ms per page (counted for neither)",
              f"{server_ms(ours_server, ours):.1f} in this crawler's run, "
