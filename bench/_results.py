@@ -139,30 +139,32 @@ class ThreadMeter:
 
 class EventMeter:
     """The frontier's event counters (urls_admitted, leases_granted, ...) between
-    start() and the last sample(), scraped from its metrics port: the work a page brought
-    into the frontier, beside the CPU it cost there."""
+    start() and counts(), scraped from its metrics port: the work a page brought into
+    the frontier, beside the CPU it cost there. Empty when either scrape failed (a
+    count since the job's start would pass for the window's)."""
 
     def __init__(self, port: int) -> None:
         self.port = port
-        self.base: dict[str, float] = {}
-        self.last: dict[str, float] = {}
+        self.base: dict[str, float] | None = None
 
-    def _read(self) -> dict[str, float]:
+    def _read(self) -> dict[str, float] | None:
         from crawler.status import by_label, scrape
 
         samples = scrape(self.port)
-        return self.last if samples is None else \
+        return None if samples is None else \
             by_label(samples, "event_frontier_events_total", "event")
 
     def start(self) -> None:
-        self.base = self.last = self._read()
+        self.base = self._read()
 
     def sample(self) -> None:
         """Nothing: a scrape costs the frontier's JVM CPU, so it is read at the ends only."""
 
     def counts(self) -> dict[str, float]:
-        self.last = self._read()
-        return {k: v - self.base.get(k, 0.0) for k, v in self.last.items()}
+        last = self._read()
+        if self.base is None or last is None:
+            return {}
+        return {k: v - self.base.get(k, 0.0) for k, v in last.items()}
 
 
 class CpuMeter:
