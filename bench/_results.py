@@ -219,13 +219,15 @@ class CpuMeter:
 
 
 def _process_kind(pid: int, roots: list[int]) -> str:
-    if pid in roots:
-        return "Python"
+    """"JVM" for any java process (a meter's root too: the broker's), else "Python" for
+    a root (a job's `python -m jobs.<name>`), else "others"."""
     try:
         name = psutil.Process(pid).name()
     except psutil.Error:
-        return "others"
-    return "JVM" if name == "java" else "others"
+        name = ""
+    if name == "java":
+        return "JVM"
+    return "Python" if pid in roots else "others"
 
 
 def broker_pid() -> int | None:
