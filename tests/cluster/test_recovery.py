@@ -14,7 +14,9 @@ owner would issue a number twice; leases travel at once, so a restore from a che
 may repeat the numbers the lost incarnation had issued, with new ids, and Flink may
 restore more than once after one kill) and, after the rescale, both frontier subtasks
 lease (the owner of each host that leased, by Flink's key-group arithmetic over the
-job's configured maximum parallelism, which the REST API reports); every host with
+job's configured maximum parallelism, which the REST API reports): two hosts, one per
+subtask of the rescaled job, held paused from before their seeds until just after the
+rescale, get no request before and both lease after it; every host with
 pages not yet leased at the savepoint (so a timer pending: with look-ahead, a host may
 have leased all it knows before) leased again after the restore; the upgraded build
 restored the old state with its added fields defaulted (a log line naming the first
@@ -65,6 +67,10 @@ PAUSED_SITE, SLOWED_SITE, SLOW_GAP_S = "site1.test", "site11.test", 3.0
 # Leases already out when a command lands: in flight + look-ahead (up to 2.5 s of a
 # 0.2 s-gap host's turns), stretched by the fetches' own pace on a slow machine.
 SETTLE_S = 8.0
+# Hosts without faults or controls; two of them, one per subtask of the rescaled
+# frontier, are held paused from before the seeds until after the rescale, so that both
+# subtasks have a host to lease then (a fast crawl finishes the others before it).
+HELD_CANDIDATES = {f"site{i}.test" for i in (0, 2, 3, 5, 7, 9)}
 
 
 def build_with_added_fields(dest: Path) -> Path:
@@ -107,6 +113,24 @@ def frontier_restores(cluster: Cluster, jids: set[str]) -> list[int]:
     return sorted(set(times))
 
 
+def start_web(log_path: Path, tries: int = 10) -> tuple[SyntheticWeb, list[str]]:
+    """The test's synthetic web, on a port where two HELD_CANDIDATES fall to different
+    subtasks at parallelism 2 (the port is part of each host key, so it decides which
+    subtask owns a host), and those two host keys, subtask 0's first."""
+    for _ in range(tries):
+        web = SyntheticWeb(build_sites(12, seed=5, pages=(15, 20)), log_path=str(log_path))
+        web.start()
+        by_owner: dict[int, str] = {}
+        for site in web.site_list:
+            if site.name in HELD_CANDIDATES:
+                hk = web.host_key(site)
+                by_owner.setdefault(host_subtask(hk, MAX_PARALLELISM, 2), hk)
+        if len(by_owner) == 2:
+            return web, [by_owner[0], by_owner[1]]
+        web.stop()
+    raise AssertionError(f"no port in {tries} put {sorted(HELD_CANDIDATES)} on both subtasks")
+
+
 def wait_running(cluster: Cluster, job: str, timeout_s: float = 180) -> str:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
@@ -144,9 +168,7 @@ def added_fields_metric(cluster: Cluster, jid: str, at_least: float = 0,
 @pytest.mark.timeout(1500)
 def test_crawl_survives_kill_9_upgrade_rescale_and_fetcher_faults(cfg, fresh_topics,
                                                                    tmp_path):
-    web = SyntheticWeb(build_sites(12, seed=5, pages=(15, 20)),
-                       log_path=str(tmp_path / "web.jsonl"))
-    web.start()
+    web, held = start_web(tmp_path / "web.jsonl")
     names = fresh_topics(*TOPIC_KEYS, partitions=2)
     markers = tmp_path / "faults"
     overrides = [f"topics.{k}.name={n}" for k, n in zip(TOPIC_KEYS, names, strict=True)]
@@ -186,6 +208,8 @@ def test_crawl_survives_kill_9_upgrade_rescale_and_fetcher_faults(cfg, fresh_top
         cluster.submit("frontier", job_args)
         cluster.submit("fetcher", job_args)
         frontier_jids.add(wait_running(cluster, "frontier"))
+        for hk in held:  # before its seed: not even its robots.txt is fetched until resumed
+            assert command(hk, "PAUSE")["paused"]
         sent, bad = publish_seeds(run_cfg, [hk + "/" for hk in sites])
         assert sent == len(sites) and bad == []
         watcher = Watcher(run_cfg, keep_records=True)
@@ -237,9 +261,7 @@ def test_crawl_survives_kill_9_upgrade_rescale_and_fetcher_faults(cfg, fresh_top
 
         # c. Rescale 1 -> 2 (still build v2).
         wait_for(0.6)
-        # Read late: a new job's metrics reach the REST API after tens of seconds. Not
-        # for long: the rescale must come while hosts still have pages to lease (a
-        # 150 s wait on a loaded machine once let the crawl finish first).
+        # Read late: a new job's metrics reach the REST API after tens of seconds.
         added_v2 = added_fields_metric(cluster, jid, at_least=1, timeout_s=40)
         _, jid = cluster.upgrade("frontier", job_args, parallelism=2, build=v2)
         frontier_jids.add(jid)
@@ -250,6 +272,11 @@ def test_crawl_survives_kill_9_upgrade_rescale_and_fetcher_faults(cfg, fresh_top
         assert {v["parallelism"] for v in vertices} == {2}
         # The key groups the jobs were configured with (not Flink's default of 128).
         assert {v.get("maxParallelism") for v in vertices} == {MAX_PARALLELISM}, vertices
+        # The held hosts' new owners restored their pause; each lets its host go on.
+        controls["released"] = time.monotonic()
+        for hk in held:
+            assert command(hk, "SHOW")["paused"]
+            assert not command(hk, "RESUME")["paused"]
 
         wait_for(1.0, timeout_s=600)
         added_after_rescale = added_fields_metric(cluster, jid)
@@ -287,6 +314,8 @@ def test_crawl_survives_kill_9_upgrade_rescale_and_fetcher_faults(cfg, fresh_top
     # arithmetic (udfs/core/partitioning.py, checked against Flink's own classes).
     owners = {host_subtask(lz["host_key"], MAX_PARALLELISM, 2) for lz in watcher.leases
               if lz["issued_at_ms"] >= rescaled_ms}
+    held_leased = {lz["host_key"] for lz in watcher.leases
+                   if lz["host_key"] in held and lz["issued_at_ms"] >= rescaled_ms}
     events = watcher.events
     ids = [e["event_id"] for e in events]
     duplicates = len(ids) - len(set(ids))
@@ -317,6 +346,8 @@ def test_crawl_survives_kill_9_upgrade_rescale_and_fetcher_faults(cfg, fresh_top
         requests[r.host + r.path].append(r.start)
     while_paused = [r.path for r in web.log if r.host == paused and
                     controls["paused"] + SETTLE_S <= r.start < controls["resumed"]]
+    while_held = [r.host + r.path for r in web.log
+                  if r.host in held and r.start < controls["released"]]
     slowed_starts = sorted(r.start for r in web.log if r.host == slowed and
                            r.start >= controls["slowed"] + SETTLE_S)
     slowed_gaps = [b - a for a, b in zip(slowed_starts, slowed_starts[1:], strict=False)]
@@ -341,7 +372,8 @@ def test_crawl_survives_kill_9_upgrade_rescale_and_fetcher_faults(cfg, fresh_top
           f"pending at the savepoint leased after the restore; hosts restored with added "
           f"fields: {len(restored_hosts)} by the log, {added_v2} by the metric (after the "
           f"rescale, hosts v2 never wrote back: {added_after_rescale}); "
-          f"subtasks that leased after the rescale {sorted(owners)}; crashes {len(crashes)} "
+          f"subtasks that leased after the rescale {sorted(owners)}, requests to the "
+          f"held hosts before their resume {len(while_held)}; crashes {len(crashes)} "
           f"(re-fetched after {refetch_gaps} s), lost completions {len(drops)} "
           f"(lease attempts {releases}); requests to the paused host while paused "
           f"{len(while_paused)} (resumed after {controls['resumed'] - controls['paused']:.0f}"
@@ -352,6 +384,7 @@ def test_crawl_survives_kill_9_upgrade_rescale_and_fetcher_faults(cfg, fresh_top
           f"records verified; " + "; ".join(disruptions))
     assert expected <= watcher.progress.urls
     assert while_paused == [], f"the paused host was fetched: {while_paused}"
+    assert while_held == [], f"a held host was fetched before its resume: {while_held}"
     assert len(slowed_gaps) >= 3 and min(slowed_gaps) >= SLOW_GAP_S, slowed_gaps
     assert duplicates == 0, "an (url_id, url_version) was indexed twice"
     assert warc_bad == [], f"index events whose WARC record does not read back: {warc_bad[:5]}"
@@ -363,6 +396,7 @@ def test_crawl_survives_kill_9_upgrade_rescale_and_fetcher_faults(cfg, fresh_top
     assert restored_hosts, "build v2 did not restore the v1 state through its added fields"
     # The metric counts the same, where the REST API reports it.
     assert added_v2 is None or added_v2 >= 1, added_v2
+    assert held_leased == set(held), f"held hosts that never leased: {set(held) - held_leased}"
     assert owners == {0, 1}, f"after the rescale only subtasks {owners} leased"
     assert len(crashes) == 2 and len(drops) == 2, (crashes, drops)
     # A crashed fetcher's replayed lease is not sent again; the URL is re-let at expiry.
