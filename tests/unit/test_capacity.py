@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from crawler.cli import main
+from udfs.config import load_config
 from udfs.core.capacity import load_assumptions, plan
 
 
@@ -28,17 +29,29 @@ def test_published_figures():
     # measured per slot: 81 fetched pages/s (200 KB kept), 50 parsed pages/s (200 KB)
     assert f["fetcher slots at peak"] == 309 and f["parser slots at peak"] == 500
     assert f["frontier slots at peak"] == 30  # 25,000 / 860 measured grants per slot
+    # 2 M cached URLs at 1,460 B and 10,000 hosts at 3,660 B (measured), per slot
+    assert f["frontier host cache per slot, full"] == pytest.approx(2.7535, abs=0.001)
+    assert f["frontier host caches at peak, full"] == pytest.approx(30 * 2.7535, abs=0.05)
+
+
+def test_the_plans_cache_is_the_crawls_default_cache():
+    """The plan's cache per frontier slot is the one the frontier job is configured with."""
+    a, cfg = load_assumptions(), load_config(env={})
+    assert a.frontier_cache_urls == cfg["frontier.cache_urls"]
+    assert a.frontier_cache_hosts == cfg["frontier.cache_hosts"]
 
 
 def test_assumptions_file_changes_the_plan(tmp_path):
     mine = tmp_path / "a.yaml"
     mine.write_text("politeness_gap_s: 2\nfetch_latency_s: 0.5\nknown_urls: 20000000000\n"
-                    "frontier_grants_per_s_per_slot: 3000\n")
+                    "frontier_grants_per_s_per_slot: 3000\nfrontier_cache_urls: 500000\n")
     f = figures(mine)
     assert round(f["back queues, peak"]) == 50_000
     assert round(f["connections in flight, peak"]) == 12_500
     assert f["fingerprint collision pairs"] == pytest.approx(4 * 2.71, abs=0.05)
     assert f["frontier slots at peak"] == 9  # the issue's goal of 3,000 grants per slot
+    assert f["frontier host cache per slot, full"] == pytest.approx(
+        (500_000 * 1460 + 10_000 * 3660) / 2 ** 30)
 
 
 @pytest.mark.parametrize("text, message", [

@@ -35,6 +35,10 @@ class Assumptions:
     fetcher_pages_per_s_per_slot: float
     parser_pages_per_s_per_slot: float
     frontier_grants_per_s_per_slot: float
+    frontier_cache_urls: float
+    frontier_cache_hosts: float
+    python_bytes_per_cached_url: float
+    python_bytes_per_cached_host: float
 
 
 def load_assumptions(path: str | Path | None = None) -> Assumptions:
@@ -73,6 +77,11 @@ def plan(a: Assumptions) -> list[Figure]:
     bloom_bits = -math.log(a.bloom_fp_rate) / math.log(2) ** 2
     bloom_bytes = a.known_urls * bloom_bits / 8
     collisions = a.known_urls ** 2 / (2 * 2 ** a.fingerprint_bits)
+    frontier_slots = math.ceil(a.peak_fetches_per_s / a.frontier_grants_per_s_per_slot)
+    # Python objects in the TaskManager's process (thread mode): not in the JVM heap,
+    # not in RocksDB's managed memory; the TaskManager's size must leave room for it.
+    cache = (a.frontier_cache_urls * a.python_bytes_per_cached_url +
+             a.frontier_cache_hosts * a.python_bytes_per_cached_host)
     return [
         Figure("average fetch rate", avg_rate, "fetches/s", "fetches_per_day / 86,400"),
         Figure("peak fetch rate", a.peak_fetches_per_s, "fetches/s", "assumed"),
@@ -102,9 +111,12 @@ def plan(a: Assumptions) -> list[Figure]:
                "Little's law: rate × fetch latency"),
         Figure("connections in flight, peak", a.peak_fetches_per_s * a.fetch_latency_s,
                "connections", "Little's law at peak"),
-        Figure("frontier slots at peak", math.ceil(a.peak_fetches_per_s /
-                                                   a.frontier_grants_per_s_per_slot), "slots",
+        Figure("frontier slots at peak", frontier_slots, "slots",
                "peak rate (one lease grant per fetch) / frontier grants per slot"),
+        Figure("frontier host cache per slot, full", cache / 2 ** 30, "GiB (Python)",
+               "cache_urls × bytes per cached URL + cache_hosts × bytes per host"),
+        Figure("frontier host caches at peak, full", frontier_slots * cache / 2 ** 30,
+               "GiB (Python)", "frontier slots at peak × host cache per slot"),
         Figure("fetcher slots at peak", math.ceil(a.peak_fetches_per_s /
                                                   a.fetcher_pages_per_s_per_slot), "slots",
                "peak rate / fetcher pages per slot"),
