@@ -105,7 +105,7 @@ variable "task_slots" {
 }
 
 variable "resources" {
-  description = "Per job (frontier, fetcher): CPU (cores) and memory (e.g. 4096m, 8g) of its JobManager and TaskManager pods."
+  description = "Per job (frontier, fetcher): CPU (cores) and memory (e.g. 4096m, 8g) of its JobManager and TaskManager pods. The frontier's TaskManager also holds one host cache per slot in Python memory (2.75 GiB when full at the default frontier.cache_urls), reserved as task off-heap memory."
   type = map(object({
     jobmanager_cpu     = number
     jobmanager_memory  = string
@@ -113,7 +113,7 @@ variable "resources" {
     taskmanager_memory = string
   }))
   default = {
-    frontier = { jobmanager_cpu = 1, jobmanager_memory = "2048m", taskmanager_cpu = 2, taskmanager_memory = "8192m" }
+    frontier = { jobmanager_cpu = 1, jobmanager_memory = "2048m", taskmanager_cpu = 2, taskmanager_memory = "16384m" }
     fetcher  = { jobmanager_cpu = 1, jobmanager_memory = "2048m", taskmanager_cpu = 2, taskmanager_memory = "4096m" }
   }
 

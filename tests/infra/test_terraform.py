@@ -11,6 +11,7 @@ against the jobs, the configuration schema and the image definition.
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import shutil
@@ -23,6 +24,7 @@ import hcl2
 import pytest
 
 from udfs.config import TOPIC_KEYS, ConfigError, load_config, load_defaults
+from udfs.core.capacity import load_assumptions
 
 ROOT = Path(__file__).resolve().parents[2]
 TF = ROOT / "infra" / "terraform"
@@ -141,7 +143,25 @@ def rendered(tmp_path_factory) -> dict[str, Any]:
     """example.tfvars with distinctive parallelism and checkpoint values, to prove the wiring."""
     return render(tmp_path_factory.mktemp("render"), TF / "example.tfvars",
                   {"frontier_parallelism": 7, "fetcher_parallelism": 11,
-                   "checkpoint_interval_ms": 4321, "task_slots": 3})
+                   "checkpoint_interval_ms": 4321, "task_slots": 3,
+                   "resources": resources(frontier_tm="24g")})
+
+
+def resources(frontier_tm: str) -> dict[str, dict[str, Any]]:
+    """The `resources` variable with this frontier TaskManager memory."""
+    return {"frontier": {"jobmanager_cpu": 1, "jobmanager_memory": "2048m",
+                         "taskmanager_cpu": 2, "taskmanager_memory": frontier_tm},
+            "fetcher": {"jobmanager_cpu": 1, "jobmanager_memory": "2048m",
+                        "taskmanager_cpu": 2, "taskmanager_memory": "4096m"}}
+
+
+def cache_mb(**settings: int) -> int:
+    """MB of one full frontier host cache by the capacity model's measured bytes, for
+    the crawl configuration's cache bounds (its defaults, or `settings`)."""
+    cfg = load_config(env={}, overrides=[f"frontier.{k}={v}" for k, v in settings.items()])
+    a = load_assumptions()
+    return math.ceil((cfg["frontier.cache_urls"] * a.python_bytes_per_cached_url +
+                      cfg["frontier.cache_hosts"] * a.python_bytes_per_cached_host) / 2 ** 20)
 
 
 def pinned_flink() -> str:
@@ -310,6 +330,32 @@ def test_parallelism_and_checkpoint_interval_reach_the_operator_and_the_job(rend
         assert d["spec"]["flinkConfiguration"]["taskmanager.numberOfTaskSlots"] == "3"
         assert rendered["settings"][job]["flink.checkpoint_interval_ms"] == 4321
         assert rendered["settings"][job]["flink.max_parallelism"] == 4096
+
+
+def test_the_frontier_taskmanager_reserves_its_host_caches_as_task_off_heap_memory(rendered):
+    """The frontier's host caches are Python memory beside Flink's budgets (thread mode):
+    one per slot, at the crawl's cache bounds and the bytes per URL and host the
+    capacity model measured; the fetcher (process mode, Python in managed memory) keeps
+    Flink's default."""
+    conf = {job: d["spec"]["flinkConfiguration"] for job, d in rendered["deployments"].items()}
+    assert conf["frontier"]["taskmanager.memory.task.off-heap.size"] == f"{3 * cache_mb()}m"
+    assert "taskmanager.memory.task.off-heap.size" not in conf["fetcher"]
+
+
+def test_a_smaller_cache_reserves_less_and_a_taskmanager_too_small_for_its_caches_is_refused(
+        tmp_path):
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    out = render(tmp_path / "a", TF / "example.tfvars",
+                 {"crawl_settings": {"frontier.cache_urls": 500000}, "task_slots": 2,
+                  "resources": resources(frontier_tm="8g")})
+    conf = out["deployments"]["frontier"]["spec"]["flinkConfiguration"]
+    assert conf["taskmanager.memory.task.off-heap.size"] == f"{2 * cache_mb(cache_urls=500000)}m"
+    # The old default, 8 GiB, cannot hold two full caches at the default bounds.
+    with pytest.raises(RenderError) as err:
+        render(tmp_path / "b", TF / "example.tfvars",
+               {"task_slots": 2, "resources": resources(frontier_tm="8g")})
+    assert "give it more memory or lower frontier.cache_urls" in " ".join(str(err.value).split())
 
 
 def job_arguments(d: dict) -> tuple[str, list[str]]:

@@ -20,6 +20,33 @@ locals {
 
   storage_root = "s3://${var.bucket}"
 
+  # The frontier's cache of live hosts (frontier.cache_urls URLs and frontier.cache_hosts
+  # hosts per slot; defaults of udfs/config/crawler-default.yaml) is Python memory in its
+  # TaskManager (thread mode), beside Flink's budgets: MB per slot when full, at the bytes
+  # per cached URL and per host measured by bench/bench_cache_memory.py
+  # (udfs/capacity-assumptions.yaml, `crawl plan`). Reserved as task off-heap memory.
+  frontier_cache_mb = ceil((
+    tonumber(lookup(var.settings, "frontier.cache_urls", 2000000)) * 1460 +
+    tonumber(lookup(var.settings, "frontier.cache_hosts", 10000)) * 3660
+  ) / 1048576)
+  task_off_heap_mb = {
+    frontier = var.jobs["frontier"].task_slots * local.frontier_cache_mb
+    fetcher  = 0 # process mode: its Python workers live in Flink's managed memory
+  }
+  # What Flink then leaves each TaskManager's JVM heap: its process size less JVM
+  # overhead (0.1, 192 MB to 1 GB) and metaspace (256 MB) is Flink's memory, of which
+  # managed memory takes 0.4, network memory 0.1 (64 MB to 1 GB), framework memory
+  # 256 MB and the task off-heap reservation above.
+  taskmanager_mb = {
+    for job, j in var.jobs : job =>
+    tonumber(regex("^[0-9]+", j.taskmanager_memory)) * (endswith(j.taskmanager_memory, "g") ? 1024 : 1)
+  }
+  flink_mb = { for job, mb in local.taskmanager_mb : job => mb - min(max(mb * 0.1, 192), 1024) - 256 }
+  task_heap_mb = {
+    for job, mb in local.flink_mb : job =>
+    floor(mb * 0.6 - min(max(mb * 0.1, 64), 1024) - 256 - local.task_off_heap_mb[job])
+  }
+
   # Crawl configuration shared by both jobs, as dotted keys of udfs/config/crawler-default.yaml.
   # Operator settings come last so they can refine anything but the wiring below.
   common_settings = merge(
@@ -78,6 +105,8 @@ locals {
       "kubernetes.operator.job.upgrade.last-state-fallback.enabled" = "true"
       "metrics.reporter.prom.factory.class"                         = "org.apache.flink.metrics.prometheus.PrometheusReporterFactory"
       "metrics.reporter.prom.port"                                  = tostring(var.prometheus_port)
+      }, local.task_off_heap_mb[job] == 0 ? {} : {
+      "taskmanager.memory.task.off-heap.size" = "${local.task_off_heap_mb[job]}m"
       }, var.s3_endpoint_url == "" ? {} : {
       # An S3-compatible store (Flink's S3 file system; AWS S3 needs neither key).
       "s3.endpoint"          = var.s3_endpoint_url

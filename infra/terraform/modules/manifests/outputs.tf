@@ -1,6 +1,11 @@
 output "deployments" {
   description = "FlinkDeployment manifests by job name (frontier, fetcher)."
   value       = local.deployments
+
+  precondition {
+    condition     = local.task_heap_mb["frontier"] >= 1024
+    error_message = "resources: the frontier's TaskManager memory leaves its JVM heap ${local.task_heap_mb["frontier"]} MB (under 1024) beside its host caches, task_slots x ${local.frontier_cache_mb} MB (frontier.cache_urls, frontier.cache_hosts): give it more memory or lower frontier.cache_urls."
+  }
 }
 
 output "settings" {
