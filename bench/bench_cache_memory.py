@@ -15,33 +15,74 @@ objects (measured in a second child: tracing costs memory of its own).
 
 The hosts are built three ways: URLs as discovered (queued); every URL crawled once on a
 virtual clock (fetched: its ETag, Last-Modified, content and text hashes kept, a revisit
-scheduled); and the fetched hosts saved to dicts standing for keyed state and loaded
-back, as the cache holds a host it read from Flink's state. The per-URL figure of a set of hosts is
-(memory − hosts × the empty host's memory) / URLs.
+scheduled); and the fetched hosts saved to keyed state and loaded back, as the cache
+holds a host it read from Flink's state. The keyed state here is a SQLite file standing
+for RocksDB: like Flink's MapState in thread mode, it keeps its values out of Python's
+objects (a host keeps its map of URLs to read cold URLs from), so they are not counted.
+The per-URL figure of a set of hosts is (memory − hosts × the empty host's memory) / URLs.
 """
 
 from __future__ import annotations
 
 import argparse
+import atexit
 import gc
 import json
 import os
+import pickle
 import random
+import shutil
+import sqlite3
 import subprocess
 import sys
+import tempfile
 import tracemalloc
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 from bench._results import record  # noqa: E402
-from udfs.core.coldqueue import DictKeyValue  # noqa: E402
 from udfs.core.frontier.config import FrontierConfig  # noqa: E402
 from udfs.core.frontier.host import HostFrontier  # noqa: E402
 from udfs.core.records import FetchResult, Kind, Outcome  # noqa: E402
 
 MODES = ("queued", "fetched", "reloaded")
 PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")
+
+
+class FileKeyValue:
+    """One keyed map (the MapState verbs) in a SQLite file, its values pickled."""
+
+    _db: sqlite3.Connection | None = None
+
+    def __init__(self, name: str) -> None:
+        if FileKeyValue._db is None:
+            folder = tempfile.mkdtemp(prefix="cache-memory-")
+            atexit.register(shutil.rmtree, folder, ignore_errors=True)
+            FileKeyValue._db = sqlite3.connect(Path(folder) / "state.db")
+            FileKeyValue._db.execute("PRAGMA journal_mode=OFF")
+            FileKeyValue._db.execute("CREATE TABLE kv (ns TEXT, k TEXT, v BLOB, "
+                                     "PRIMARY KEY (ns, k))")
+        self.db, self.ns = FileKeyValue._db, name
+
+    def get(self, key: str) -> object:
+        row = self.db.execute("SELECT v FROM kv WHERE ns=? AND k=?", (self.ns, key)).fetchone()
+        return None if row is None else pickle.loads(row[0])
+
+    def put(self, key: str, value: object) -> None:
+        self.db.execute("INSERT OR REPLACE INTO kv VALUES (?, ?, ?)",
+                        (self.ns, key, pickle.dumps(value)))
+
+    def remove(self, key: str) -> None:
+        self.db.execute("DELETE FROM kv WHERE ns=? AND k=?", (self.ns, key))
+
+    def items(self):
+        for k, v in self.db.execute("SELECT k, v FROM kv WHERE ns=?", (self.ns,)):
+            yield k, pickle.loads(v)
+
+    def keys(self):
+        for (k,) in self.db.execute("SELECT k FROM kv WHERE ns=?", (self.ns,)):
+            yield k
 
 
 def _rss() -> int:
@@ -104,12 +145,11 @@ def build(hosts: int, per_host: int, mode: str) -> list[HostFrontier]:
         if mode != "queued":
             _crawl(h, per_host, 0.0, max_steps=20 * (per_host + 10))
         if mode == "reloaded":
-            urls, resident, segments = DictKeyValue(), DictKeyValue(), DictKeyValue()
-            saved = h.save(urls, resident, segments)
+            urls, resident, segments = (FileKeyValue(f"{key} {part}")
+                                        for part in ("urls", "resident", "segments"))
+            saved = pickle.loads(pickle.dumps(h.save(urls, resident, segments)))
             h = HostFrontier.load(key, saved, cfg, urls, resident, segments, urls.items,
                                   resident.keys)
-            # The cache holds the host, not these stand-ins for Flink's state.
-            del urls, resident, segments, saved
         out.append(h)
     return out
 

@@ -105,7 +105,7 @@ variable "task_slots" {
 }
 
 variable "resources" {
-  description = "Per job (frontier, fetcher): CPU (cores) and memory (e.g. 4096m, 8g) of its JobManager and TaskManager pods. The frontier's TaskManager also holds one host cache per slot in Python memory (2.75 GiB when full at the default frontier.cache_urls), reserved as task off-heap memory."
+  description = "Per job (frontier, fetcher): CPU (cores) and memory (e.g. 4096m, 8g) of its JobManager and TaskManager pods. The frontier's TaskManager also holds one host cache per slot in Python memory (2.7 GiB when full at the default frontier.cache_urls), reserved as task off-heap memory."
   type = map(object({
     jobmanager_cpu     = number
     jobmanager_memory  = string

@@ -26,8 +26,8 @@ locals {
   # per cached URL and per host measured by bench/bench_cache_memory.py
   # (udfs/capacity-assumptions.yaml, `crawl plan`). Reserved as task off-heap memory.
   frontier_cache_mb = ceil((
-    tonumber(lookup(var.settings, "frontier.cache_urls", 2000000)) * 1460 +
-    tonumber(lookup(var.settings, "frontier.cache_hosts", 10000)) * 3660
+    tonumber(lookup(var.settings, "frontier.cache_urls", 2000000)) * 1440 +
+    tonumber(lookup(var.settings, "frontier.cache_hosts", 10000)) * 3650
   ) / 1048576)
   task_off_heap_mb = {
     frontier = var.jobs["frontier"].task_slots * local.frontier_cache_mb
