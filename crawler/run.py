@@ -14,7 +14,7 @@ import subprocess
 import sys
 import time
 from collections import deque
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -328,20 +328,30 @@ class Watcher:
 LISTEN_PORTS = range(20000, 32768)
 
 
-def free_port() -> int:
+# Ports this process has handed out: never handed out twice, since the first may not be
+# bound yet (a job binds its port seconds after the pick, and a pick only tests the bind).
+_PICKED: set[int] = set()
+
+
+def free_port(avoid: Collection[int] = ()) -> int:
     """A TCP port free on 127.0.0.1 now, outside the ephemeral range (the job binds it
-    moments later; only another listener picking the same port could race it)."""
+    moments later), never one this process picked before nor one in `avoid` (ports the
+    configuration names but nothing may have bound yet): only another process picking
+    the same port could race it."""
     import random
     import socket
 
     start = random.randrange(len(LISTEN_PORTS))
     for i in range(len(LISTEN_PORTS)):
         port = LISTEN_PORTS[(start + i) % len(LISTEN_PORTS)]
+        if port in _PICKED or port in avoid:
+            continue
         with socket.socket() as s:
             try:
                 s.bind(("127.0.0.1", port))
             except OSError:
                 continue
+            _PICKED.add(port)
             return port
     raise OSError(f"no free port in {LISTEN_PORTS.start}-{LISTEN_PORTS.stop - 1}")
 
@@ -424,7 +434,11 @@ def run(cfg_files: Sequence[str], overrides: Sequence[str], seeds_file: str | No
 
         # Other terminals find this crawl by it (crawl status, crawl host, crawl url show).
         # Each job's MiniCluster serves Flink's REST API on a free loopback port.
-        rest_ports = {name: free_port() for name in ("frontier", "fetcher")}
+        # Not a port the configuration gives a job's metrics reporter: the reporter binds
+        # it only as its job starts (CI once had the fetcher's REST port picked as the
+        # frontier's metrics port, and the fetcher failed to start).
+        configured = {cfg["metrics.frontier_port"], cfg["metrics.fetcher_port"]}
+        rest_ports = {name: free_port(avoid=configured) for name in ("frontier", "fetcher")}
         record_run(run_dir, run_id, extra, cfg_files, rest_ports=rest_ports)
         print(f"run id {run_id}: from another terminal, crawl status / crawl host show "
               f"HOST_KEY / crawl url show URL find this crawl", flush=True)
