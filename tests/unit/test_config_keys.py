@@ -2466,6 +2466,25 @@ def test_the_fetchers_gap_counts_the_servers_time_not_our_parsing(world):
     assert slot.last_duration < 0.3, slot
 
 
+def test_a_hosts_turn_ends_with_the_answer_not_after_our_storing_and_parsing(world):
+    """The gap before a host's (and its address's) next request runs from the end of
+    the answer, not from the end of the fetcher's own work on it: with every parse
+    stalled 0.4 s, the host's slot and the address's gate heard the request end before
+    the stall, so a slow parse no longer delays the host's next request."""
+    cfg = load_config(env={}, overrides=[*LOOPBACK_NETS, "faults.parse_delay_s=0.4",
+                                         "fetch.ip_min_gap_s=0.1"])
+    job = FetcherJob(cfg, world)
+    url = world.url("/page")
+    fetched = fetch_once(cfg, world, url, job=job)
+    done = time.time()
+    assert fetched.outcome == "OK", fetched
+    slot = job.fn.turns.queues.slots[split_host_key(url)[0]]
+    address = job.fn.turns.ip_gate.addresses["127.0.0.1"]
+    assert slot.last_end is not None and done - slot.last_end >= 0.35, (done, slot)
+    assert done - address.last_end >= 0.35, (done, address)
+    assert slot.in_flight == 0, slot
+
+
 def test_a_pages_urls_go_inside_its_completion_or_just_before_it_under_its_key(world):
     """A completion the frontier reads never comes without the URLs its page gave: they
     are inside it (completion v4). URLs too many for one Kafka record go before it

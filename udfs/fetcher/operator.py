@@ -31,7 +31,7 @@ import gc
 import math
 import time
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import aiohttp
 from pyflink.common import Row, Types
@@ -46,7 +46,7 @@ from udfs.core.ipgate import IpGate, IpPolicy
 from udfs.core.politeness import Pace
 from udfs.core.urls import UrlPolicy
 from udfs.fetcher.faults import fault_injector
-from udfs.fetcher.turns import Turns
+from udfs.fetcher.turns import Answer, Turns
 from udfs.wire.avro import AvroDecodeError, registry
 from udfs.wire.deadletter import dead_letter
 from udfs.wire.records import (
@@ -57,6 +57,9 @@ from udfs.wire.records import (
     LeaseRecord,
     attach_found,
 )
+
+if TYPE_CHECKING:
+    from udfs.fetcher.client import FetchResponse
 
 FETCH_OUTPUT = Types.ROW_NAMED(["dest", "key", "value"], [
     Types.STRING(), Types.PRIMITIVE_ARRAY(Types.BYTE()), Types.PRIMITIVE_ARRAY(Types.BYTE())])
@@ -284,7 +287,19 @@ class FetchFunction(AsyncFunction):
         started = time.time()
         self.turns.started(timing, started)
         completion: Completion | None = None
-        linger = 0.0
+        released = False
+
+        async def end_turns(resp: FetchResponse | None) -> None:
+            """The request is over (the answer read, or the fetch failed): the host's
+            and the address's next requests may follow after their gaps."""
+            nonlocal released
+            released = True
+            linger = 0.0 if resp is None else resp.linger_s
+            await self.turns.release(timing, started, None if resp is None
+                                     else Answer.of(resp), linger_s=linger)
+            if address is not None:
+                await self.turns.release_address(address, linger)
+
         try:
             remaining = timing.expires_at - started
             limits = self.limits if remaining > self.limits.total_timeout_s + 1 else \
@@ -292,15 +307,14 @@ class FetchFunction(AsyncFunction):
             ctx = FetchContext(await self._session(), self.store, limits, self.user_agent,
                                faults=self.faults, url_policy=self.url_policy,
                                stats=self.metrics.pages, warc=self.warc, parser=self.parser,
-                               max_links=self.parser.limits.max_links)
+                               max_links=self.parser.limits.max_links,
+                               on_response=end_turns)
             completion, discovered = await process_lease(lease, ctx)
-            linger = ctx.linger_s
             if self.faults is not None:
                 self.faults.after_response(lease["url"])
         finally:
-            await self.turns.release(timing, started, completion, linger_s=linger)
-            if address is not None:
-                await self.turns.release_address(address, linger)
+            if not released:  # the fetch itself raised, or was cancelled
+                await end_turns(None)
         host = lease["host_key"].encode()
         self.metrics.count(completion)
         # What the page gave goes inside its completion (v4); only links too many for

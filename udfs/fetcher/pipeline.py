@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import bisect
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,7 +27,7 @@ from udfs.core.parse import LimitKind, ParsedPage, group_by_host, parse_html
 from udfs.core.records import DiscoverySource, Kind, Outcome
 from udfs.core.sitemaps import SitemapResult, parse_sitemap
 from udfs.core.urls import UrlPolicy, normalize_url
-from udfs.fetcher.client import fetch
+from udfs.fetcher.client import FetchResponse, fetch
 from udfs.fetcher.faults import FaultInjector
 from udfs.storage.bodies import ObjectStore
 from udfs.wire.records import Completion, DiscoveredUrls, LeaseRecord, links_records, page_links
@@ -87,9 +87,10 @@ class FetchContext:
     # Set by process_lease: (filter name, "Type: message") when a parse filter raised on
     # this lease's page (the fetcher sends a dead letter; the page is kept).
     parse_filter_error: tuple[str, str] | None = None
-    # Set by process_lease: how long after our end the server may still be at the request
-    # (udfs/fetcher/client.py FetchResponse.linger_s); the gaps after it wait for it too.
-    linger_s: float = 0.0
+    # Awaited once the answer's last byte is read, before it is stored and parsed: the
+    # fetcher ends the host's (and the address's) turn there, so our own storing and
+    # parsing never stretch a host's gap (udfs/fetcher/turns.py Turns.release).
+    on_response: Callable[[FetchResponse], Awaitable[None]] | None = None
 
 
 async def process_lease(lease: LeaseRecord, ctx: FetchContext
@@ -100,7 +101,8 @@ async def process_lease(lease: LeaseRecord, ctx: FetchContext
     resp = await fetch(ctx.session, url, kind, ctx.limits, ctx.user_agent,
                        lease["etag"], lease["last_modified"],
                        keep_exchange=ctx.warc is not None)
-    ctx.linger_s = resp.linger_s
+    if ctx.on_response is not None:
+        await ctx.on_response(resp)
     now_ms = ctx.clock_ms()
     where = None  # the WARC record's location (udfs.storage.warc.Location)
     # The WARC writer's SHA-256 and compression of the payload, for the body store when

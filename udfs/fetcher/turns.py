@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Any
+from typing import Any, NamedTuple
 from urllib.parse import urlsplit
 
 from udfs.core.backqueue import BackQueues, LeaseTiming, Skip
@@ -18,7 +18,23 @@ from udfs.core.fetching import DnsCache
 from udfs.core.ipgate import IpGate
 from udfs.core.politeness import parse_retry_after
 from udfs.core.selfcheck import PolitenessSelfCheck
-from udfs.wire.records import Completion, LeaseRecord
+from udfs.wire.records import LeaseRecord
+
+
+class Answer(NamedTuple):
+    """What the host's slot needs of a request that ended: its outcome (THROTTLED opens
+    a Retry-After window), the Retry-After header, and its duration in seconds as the
+    completion reports it (whole milliseconds: the duration the frontier plans from)."""
+
+    outcome: str
+    retry_after: str | None
+    duration_s: float
+
+    @classmethod
+    def of(cls, resp: Any) -> Answer:
+        """The answer of a udfs.fetcher.client.FetchResponse."""
+        return cls(resp.outcome.value, resp.headers.get("Retry-After"),
+                   int(resp.duration_s * 1000) / 1000)
 
 
 class Turns:
@@ -110,28 +126,26 @@ class Turns:
         """The request goes out now (the self-check counts it)."""
         self.selfcheck.start(timing.host_key, at, timing.pace.gap_s, timing.pace.max_in_flight)
 
-    async def release(self, timing: LeaseTiming, started: float,
-                      completion: Completion | None, sent: bool = True,
-                      linger_s: float = 0.0) -> None:
+    async def release(self, timing: LeaseTiming, started: float, answer: Answer | None,
+                      sent: bool = True, linger_s: float = 0.0) -> None:
         """The request is over: its host's next request may follow after the gap. The
-        gap runs from now (after storing and parsing: never shorter than from the
-        response), plus `linger_s` for a request we cut short (the server may still be at
-        it: FetchResponse.linger_s); the duration rule uses the request's own duration —
-        the one the completion reports and the frontier plans from — not our store and
-        parse time. `sent=False`: the host's turn was taken but no request went out (the
-        address's turn came too late): the slot is free again, with no gap to add."""
+        fetcher calls this when the answer's last byte has been read (before storing
+        and parsing it, which are ours, not the server's), so the gap runs from now,
+        plus `linger_s` for a request we cut short (the server may still be at it:
+        FetchResponse.linger_s); the duration rule uses the request's own duration, the
+        one the completion reports and the frontier plans from. `answer` None: the
+        fetch raised, and all we know is the time it took. `sent=False`: the host's
+        turn was taken but no request went out (the address's turn came too late): the
+        slot is free again, with no gap to add."""
         now = time.time() + linger_s
         if not sent:
             self.queues.cancel(timing, now)
-        elif completion is None:  # the fetch raised: all we know is the time it took
-            outcome, retry_after, duration = "OTHER_ERROR", None, now - started
         else:
-            outcome, retry_after = completion["outcome"], completion["retry_after"]
-            duration = completion["fetch_duration_ms"] / 1000
-        if sent:
-            throttled = outcome == "THROTTLED"
-            retry_until = parse_retry_after(retry_after, now) if throttled else None
-            self.queues.end(timing, now, duration, throttled=throttled,
+            if answer is None:
+                answer = Answer("OTHER_ERROR", None, now - started)
+            throttled = answer.outcome == "THROTTLED"
+            retry_until = parse_retry_after(answer.retry_after, now) if throttled else None
+            self.queues.end(timing, now, answer.duration_s, throttled=throttled,
                             retry_until=retry_until)
             self.selfcheck.end(timing.host_key, now, retry_until)
         turn = self._host(timing.host_key)
