@@ -29,16 +29,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     ap.add_argument("--from-checkpoint", metavar="PATH",
                     help="start from this savepoint or retained checkpoint (a local run; "
                     "on a cluster use flink run -s)")
-    # Held leases wait for their hosts' turns; a full engine stops reading leases, and
-    # a fast host's next ones then queue behind every slow host's (head of line). Room
-    # for what the frontier lets out to a slot (its hosts x in-flight + look-ahead, 11
-    # each by default) keeps each host at its own pace: at 200 sites, 1000 held gave
-    # plain hosts 1.44 pages/s, 4000 gave 1.83 (bench/RESULTS.md, 2026-12-05).
-    ap.add_argument("--capacity", type=int, default=4000,
-                    help="leases held (waiting for their hosts' turns) or fetched at once "
-                    "per slot")
-    ap.add_argument("--connections", type=int, default=1000,
-                    help="requests in flight at once per slot (the HTTP client's limit)")
+    ap.add_argument("--capacity", type=int, default=1000,
+                    help="leases held or fetched at once per slot")
     args = ap.parse_args(argv)
     cfg = load_config(args.config, overrides=args.set)
     print(cfg.log_line("fetcher"), flush=True)  # what this job was configured with
@@ -59,8 +51,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     # No operator timeout: PyFlink starts a thread per element to time it out. The
     # function bounds each lease itself (FetchFunction.guard_s).
     results = AsyncDataStream.unordered_wait(
-        leases, FetchFunction(dict(cfg.data), connections=args.connections,
-                              capacity=args.capacity, restored=restoring(env)),
+        leases, FetchFunction(dict(cfg.data), connections=args.capacity,
+                              restored=restoring(env)),
         Time.milliseconds(0), capacity=args.capacity, output_type=FETCH_OUTPUT) \
         .uid("fetcher-fetch").name("fetch, store, parse")
 

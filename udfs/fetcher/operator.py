@@ -107,11 +107,9 @@ class FetchFunction(AsyncFunction):
     been sent by the job before it, so they are not sent (they expire and are re-let)."""
 
     def __init__(self, cfg_data: dict[str, Any], connections: int = 200,
-                 restored: bool = False, capacity: int | None = None) -> None:
+                 restored: bool = False) -> None:
         self.cfg_data = cfg_data
-        self.connections = connections  # requests in flight (the HTTP client's limit)
-        # Leases held for their hosts' turns or fetched (default: `connections`).
-        self.capacity = connections if capacity is None else capacity
+        self.connections = connections
         self.restored = restored
 
     def open(self, runtime_context) -> None:
@@ -147,7 +145,7 @@ class FetchFunction(AsyncFunction):
             parsing.wall_cap_s + STORE_MARGIN_S
         from udfs.fetcher.engine import FetchEngine
 
-        self.engine = FetchEngine(self._guarded, capacity=self.capacity)
+        self.engine = FetchEngine(self._guarded, capacity=self.connections)
         # The task's parser processes (udfs/parser/stage.py), started on first use.
         from udfs.parser.stage import ParseStage
 
@@ -240,7 +238,7 @@ class FetchFunction(AsyncFunction):
         self.engine.check()
         self._warc_tick()
         if len(value[1]):
-            # Backpressure from the engine (`capacity` leases held or fetched) and the
+            # Backpressure from the engine (`connections` leases held or fetched) and the
             # parse stage (while parse.max_waiting pages wait for a parser no new lease is
             # taken; the engine's loop keeps fetching the others). The leases PyFlink hands
             # over meanwhile queue on the lock, in order, and only its holder waits for room.
