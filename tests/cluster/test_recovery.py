@@ -208,7 +208,10 @@ def test_crawl_survives_kill_9_upgrade_rescale_and_fetcher_faults(cfg, fresh_top
         cluster.submit("frontier", job_args)
         cluster.submit("fetcher", job_args)
         frontier_jids.add(wait_running(cluster, "frontier"))
-        for hk in held:  # before its seed: not even its robots.txt is fetched until resumed
+        # Before their seeds: not even their robots.txt is fetched until resumed. The
+        # slowed host too, so that all its pages are fetched after its command (a fast
+        # crawl fetched them all before it).
+        for hk in [*held, slowed]:
             assert command(hk, "PAUSE")["paused"]
         sent, bad = publish_seeds(run_cfg, [hk + "/" for hk in sites])
         assert sent == len(sites) and bad == []
@@ -225,7 +228,8 @@ def test_crawl_survives_kill_9_upgrade_rescale_and_fetcher_faults(cfg, fresh_top
                 time.sleep(1)
 
         # a. kill -9 of the frontier's TaskManager, then of the fetcher's; just before
-        # the first, one host is paused and another slowed (both in a checkpoint).
+        # the first, one host is paused and another slowed, then resumed (all in a
+        # checkpoint).
         for fraction, job in ((0.2, "frontier"), (0.3, "fetcher")):
             wait_for(fraction)
             if job == "frontier":
@@ -234,6 +238,7 @@ def test_crawl_survives_kill_9_upgrade_rescale_and_fetcher_faults(cfg, fresh_top
                 controls["slowed"] = time.monotonic()
                 slow = command(slowed, "SET", settings={"min_gap_s": str(SLOW_GAP_S)})
                 assert slow["policy"]["min_gap_s"] == SLOW_GAP_S
+                assert not command(slowed, "RESUME")["paused"]
             pid = kill_taskmanager(cluster, job)
             disruptions.append(f"kill -9 of the {job}'s taskmanager (pid {pid}) "
                                f"at {len(indexed())} pages")
@@ -243,7 +248,8 @@ def test_crawl_survives_kill_9_upgrade_rescale_and_fetcher_faults(cfg, fresh_top
             wait_running(cluster, "fetcher")
             if job == "frontier":  # the restored owners still know
                 assert command(paused, "SHOW")["paused"]
-                assert command(slowed, "SHOW")["policy"]["min_gap_s"] == SLOW_GAP_S
+                shown = command(slowed, "SHOW")
+                assert shown["policy"]["min_gap_s"] == SLOW_GAP_S and not shown["paused"]
 
         # b + d. Savepoint upgrade to the build with added fields; the hosts with pages
         # not leased yet (each has a timer pending) must all lease again after it.
