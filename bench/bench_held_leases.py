@@ -101,8 +101,9 @@ def child(leases: int, per_host: int, trace: bool) -> dict:
         for value in raw:
             await fn.async_invoke((b"k", value))
         # until the engine's loop has taken every lease to its host's wait
-        while len(fn.turns.hosts) < hosts or \
-                sum(len(c._waiters or ()) for c in fn.turns.hosts.values()) < leases:
+        while len(fn.turns.lines) < hosts or sum(
+                line.locked() + len(line._waiters or ()) for line in fn.turns.lines.values()
+        ) < leases:
             await asyncio.sleep(0.05)
         return time.process_time() - cpu
 

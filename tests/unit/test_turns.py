@@ -4,6 +4,7 @@ holds its host and its address for its linger too."""
 from __future__ import annotations
 
 import asyncio
+import time
 
 from udfs.core.addresses import AddressPolicy
 from udfs.core.backqueue import BackQueues, LeaseTiming
@@ -43,3 +44,54 @@ def test_a_request_cut_short_adds_its_linger_to_the_host_gap_and_the_address_gap
     assert abs(host_wait - 0.5) < 0.05 and abs(address_wait - 0.25) < 0.05
     now, host_wait, address_wait = asyncio.run(scenario(0.2))
     assert abs(host_wait - 0.7) < 0.05 and abs(address_wait - 0.45) < 0.05
+
+
+def test_a_hosts_held_leases_wait_in_line_and_a_request_end_wakes_only_the_first():
+    """Leases held for one host start in the order they came, each a gap after the
+    previous request's end, and a request's end has the slot looked at again by the
+    first of them only (before, by every lease held for the host: 11 a page)."""
+    gap = 0.1
+
+    async def scenario() -> tuple[list[str], list[float], int]:
+        t = turns()
+        looked: list[str] = []
+        wait = t.queues.wait
+
+        def counted(lease: LeaseTiming, now: float):
+            looked.append(lease.lease_id)
+            return wait(lease, now)
+
+        t.queues.wait = counted  # type: ignore[method-assign]
+        leases = [LeaseTiming(f"L{i}", HOST, issued_at=1.0, not_before=0.0, expires_at=4e9,
+                              prev_lease_id=f"L{i - 1}" if i else None,
+                              pace=Pace(gap_s=gap, duration_factor=0.0)) for i in range(6)]
+        starts: list[tuple[str, float]] = []
+
+        async def one(lease: LeaseTiming) -> None:
+            assert t.queues.admit(lease, time.time()) is None
+            assert await t.wait_host(lease) is None
+            starts.append((lease.lease_id, time.time()))
+
+        tasks = []
+        for lease in leases:
+            tasks.append(asyncio.create_task(one(lease)))
+            await asyncio.sleep(0)  # they come in order
+        await asyncio.sleep(0.05)
+        assert [s[0] for s in starts] == ["L0"]  # the others wait for its end
+        woken = []
+        for i, lease in enumerate(leases):
+            while len(starts) <= i:
+                await asyncio.sleep(0.005)
+            before = len(looked)
+            await t.release(lease, starts[i][1], None)
+            await asyncio.sleep(0.02)  # every lease woken by the end has looked by now
+            woken.append(len(looked) - before)
+        await asyncio.gather(*tasks)
+        times = [s[1] for s in starts]
+        gaps = [b - a for a, b in zip(times, times[1:], strict=False)]
+        return [s[0] for s in starts], gaps, max(woken)
+
+    order, gaps, woken = asyncio.run(scenario())
+    assert order == [f"L{i}" for i in range(6)]
+    assert min(gaps) >= gap, gaps
+    assert woken == 1, woken

@@ -76,7 +76,7 @@ STORE_MARGIN_S = 10.0
 # out to a slot of 2,000 hosts (in-flight + look-ahead, 11 each by default), so a fast
 # host's next lease is never read after slow hosts' held ones only (head of line: at
 # 200 sites, 1,000 of them held gave plain hosts 1.44 pages/s of the 5 allowed). About
-# 5.6 KB of the worker's memory each while held, 135 MB when full
+# 5.4 KB of the worker's memory each while held, 130 MB when full
 # (bench/bench_held_leases.py).
 HELD_LEASES = 24_000
 # Requests under way at once (the HTTP client's connection limit).

@@ -2,7 +2,9 @@
 
 The rules are the core's (udfs/core/backqueue.py for a host's slot, udfs/core/ipgate.py
 for an address); this module waits for them on the fetch engine's event loop, one
-asyncio.Condition per host and per address, woken early when a request there ends. The
+asyncio.Condition per host and per address, woken early when a request there ends. A
+host's held leases queue in line (the order they came) in front of its condition, so a
+request's end wakes the first of them, not every lease held for the host. The
 politeness self-check (udfs/core/selfcheck.py) hears every start and end.
 """
 
@@ -46,6 +48,7 @@ class Turns:
         self.cache = cache
         self.selfcheck = PolitenessSelfCheck()
         self.hosts: dict[str, asyncio.Condition] = {}
+        self.lines: dict[str, asyncio.Lock] = {}  # a host's held leases, first come first
         self.addresses: dict[str, asyncio.Condition] = {}
         self.resolver: Any = None  # a GuardedResolver over `cache`, made on first use
 
@@ -53,6 +56,8 @@ class Turns:
         """Drop the slots and conditions of hosts and addresses quiet for `idle_s`."""
         self.queues.forget_idle(now, idle_s)
         self.hosts = {k: v for k, v in self.hosts.items() if k in self.queues.slots}
+        self.lines = {k: v for k, v in self.lines.items()
+                      if k in self.queues.slots or v.locked()}
         self.ip_gate.forget_idle(now, max(idle_s, self.ip_gate.policy.min_gap_s))
         self.addresses = {k: v for k, v in self.addresses.items()
                           if k in self.ip_gate.addresses}
@@ -69,10 +74,25 @@ class Turns:
             turn = self.addresses[address] = asyncio.Condition()
         return turn
 
+    def _line(self, host: str) -> asyncio.Lock:
+        line = self.lines.get(host)
+        if line is None:
+            line = self.lines[host] = asyncio.Lock()
+        return line
+
     async def wait_host(self, timing: LeaseTiming) -> Skip | None:
-        """Hold the lease until the host's slot lets it start, then start it."""
+        """Hold the lease until the host's slot lets it start, then start it.
+
+        A lease the slot refuses at sight (too early, too late, halted) is refused at
+        once; the others wait in the host's line, in the order they came (the
+        frontier's grant order), and only the first of it waits for the slot. The line
+        only saves wake-ups: the slot's rules are checked, under the host's condition,
+        by every lease before it starts, wherever it stood in line."""
+        verdict = self.queues.wait(timing, time.time())
+        if isinstance(verdict, Skip):
+            return verdict
         turn = self._host(timing.host_key)
-        async with turn:
+        async with self._line(timing.host_key), turn:
             while True:
                 now = time.time()
                 verdict = self.queues.wait(timing, now)
