@@ -5,10 +5,11 @@
 
 The fetcher job holds each lease it reads until its host's turn comes (the gap after
 the host's last request, its not_before, a Retry-After), up to fetch.hold_s, inside the
-fetch engine, up to the job's --capacity leases per slot (udfs/fetcher/operator.py,
-HELD_LEASES). That room must cover what the frontier lets out to a slot (its hosts x
-in-flight + look-ahead), or a fast host's next lease waits behind slow hosts' held ones.
-This measures what a held lease costs, with the job's own FetchFunction (opened as a
+fetch engine, up to the job's --capacity leases per slot (jobs/fetcher.py, 1,000 by
+default), leases being fetched included. The frontier lets out more than that at
+2,000 hosts a slot (11 a host by default); holding them all would take a larger
+--capacity (README, "Pace and politeness": measured slower on this machine). This
+measures what a held lease costs, with the job's own FetchFunction (opened as a
 task would open it, no Flink): leases of hosts that have 11 each (--per-host), chained
 as the frontier grants them and due a minute ahead, are handed to it; each figure
 comes from a fresh child process and is (after − before) / leases of its resident set
@@ -79,7 +80,7 @@ def child(leases: int, per_host: int, trace: bool) -> dict:
     cfg = load_config(env={}, overrides=[
         "fetch.hold_s=120", "frontier.lookahead_s=2.5", "warc.enabled=false",
         f"storage.local_dir={work}/bodies"])
-    fn = FetchFunction(dict(cfg.data), capacity=leases + 10)
+    fn = FetchFunction(dict(cfg.data), connections=leases + 10)  # the engine's room
     fn.open(_Runtime())
     reg = registry()
     now_ms = int(time.time() * 1000) + 1
@@ -166,9 +167,8 @@ def main() -> None:
     record("held_leases", "The fetcher's held leases: memory per lease held for its turn",
            rows, notes="The job's FetchFunction opened without Flink, "
            f"{args.per_host} leases of each host, due a minute ahead (nothing is sent). "
-           "A slot's default room "
-           "(--capacity, HELD_LEASES in udfs/fetcher/operator.py) times the resident "
-           "set per lease is what a full engine holds.")
+           "The job's --capacity times the resident set per lease is what a full "
+           "engine holds.")
 
 
 if __name__ == "__main__":

@@ -16,7 +16,7 @@ from pyflink.common import Time
 from pyflink.datastream import AsyncDataStream
 
 from udfs.config import load_config
-from udfs.fetcher.operator import CONNECTIONS, FETCH_OUTPUT, HELD_LEASES, FetchFunction
+from udfs.fetcher.operator import FETCH_OUTPUT, FetchFunction
 from udfs.flink.runtime import KafkaIO, make_env, restoring
 
 
@@ -29,21 +29,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     ap.add_argument("--from-checkpoint", metavar="PATH",
                     help="start from this savepoint or retained checkpoint (a local run; "
                     "on a cluster use flink run -s)")
-    # Held leases wait for their hosts' turns. A full engine reads no more leases, and a
-    # fast host's next ones then queue behind every slow host's held ones (head of line):
-    # room for what the frontier lets out to a slot (its hosts x in-flight + look-ahead,
-    # 11 each by default) keeps each host at its own pace. Requests under way are
-    # bounded apart, by --connections (README, "Pace and politeness").
-    ap.add_argument("--capacity", type=int, default=HELD_LEASES,
-                    help="leases held (waiting for their hosts' turns) or fetched at once "
-                    f"per slot (default {HELD_LEASES})")
-    ap.add_argument("--connections", type=int, default=CONNECTIONS,
-                    help="requests under way at once per slot: the HTTP client's limit "
-                    f"(default {CONNECTIONS})")
+    ap.add_argument("--capacity", type=int, default=1000,
+                    help="leases held or fetched at once per slot")
     args = ap.parse_args(argv)
-    for name in ("capacity", "connections"):
-        if getattr(args, name) < 1:
-            ap.error(f"--{name} must be at least 1, not {getattr(args, name)}")
     cfg = load_config(args.config, overrides=args.set)
     print(cfg.log_line("fetcher"), flush=True)  # what this job was configured with
 
@@ -63,8 +51,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     # No operator timeout: PyFlink starts a thread per element to time it out. The
     # function bounds each lease itself (FetchFunction.guard_s).
     results = AsyncDataStream.unordered_wait(
-        leases, FetchFunction(dict(cfg.data), connections=args.connections,
-                              capacity=args.capacity, restored=restoring(env)),
+        leases, FetchFunction(dict(cfg.data), connections=args.capacity,
+                              restored=restoring(env)),
         Time.milliseconds(0), capacity=args.capacity, output_type=FETCH_OUTPUT) \
         .uid("fetcher-fetch").name("fetch, store, parse")
 

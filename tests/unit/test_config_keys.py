@@ -2485,42 +2485,6 @@ def test_a_hosts_turn_ends_with_the_answer_not_after_our_storing_and_parsing(wor
     assert slot.in_flight == 0, slot
 
 
-def test_a_fast_hosts_lease_is_not_read_only_after_slow_hosts_held_ones(world):
-    """Leases held for their hosts' turns do not stop the fetcher from reading the next:
-    with more of them held than the room the job had before (1,000 held or fetched, with
-    the HTTP client's limit the same number), a lease of another host due now is taken
-    in and fetched at once, not after the held ones' turn (head of line: at 200 sites,
-    plain hosts were fetched at under a third of their pace). The job's own defaults
-    (jobs/fetcher.py); the held leases' host is never asked (its turn is 20 s away)."""
-    cfg = load_config(env={}, overrides=[*LOOPBACK_NETS, "fetch.hold_s=30"])
-    job = FetcherJob(cfg, world)
-    held = 1_200
-    assert job.fn.capacity > held and job.fn.connections <= 1_000, job.fn.__dict__
-
-    async def go() -> tuple[float, list]:
-        for i in range(held):
-            await asyncio.wait_for(job.fn.async_invoke(
-                (b"k", job.lease(f"http://held.test/p/{i}", not_before_in_s=20))), 5)
-        start = time.monotonic()
-        rows = await asyncio.wait_for(job.fn.async_invoke((b"k", job.lease(url))), 5)
-        while not any(r[0] == "C" for r in rows) and time.monotonic() - start < 10:
-            job.fn.engine.check()
-            await asyncio.sleep(0.01)
-            rows += job.fn.engine.drain()
-        took = time.monotonic() - start
-        assert job.fn.engine.active() == held  # the others still wait for their turn
-        await job.close()
-        return took, rows
-
-    url = world.url("/page")
-    with pytest.MonkeyPatch.context() as mp:
-        mp.chdir(world.cwd)
-        took, rows = asyncio.run(go())
-    [completion] = [job.reg.decode("completion", bytes(r[2])) for r in rows if r[0] == "C"]
-    assert completion["url"] == url and completion["outcome"] == "OK", completion
-    assert took < 10, took
-
-
 def test_a_pages_urls_go_inside_its_completion_or_just_before_it_under_its_key(world):
     """A completion the frontier reads never comes without the URLs its page gave: they
     are inside it (completion v4). URLs too many for one Kafka record go before it

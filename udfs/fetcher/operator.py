@@ -71,16 +71,6 @@ FETCH_OUTPUT = Types.ROW_NAMED(["dest", "key", "value"], [
 IDLE_SLOT_S = 900.0
 # Seconds a lease's guard allows for storing its body and writing its WARC records.
 STORE_MARGIN_S = 10.0
-# A fetcher slot's defaults (the job's --capacity and --connections). Leases in the
-# engine, held for their hosts' turns or fetched: room for every lease the frontier lets
-# out to a slot of 2,000 hosts (in-flight + look-ahead, 11 each by default), so a fast
-# host's next lease is never read after slow hosts' held ones only (head of line: at
-# 200 sites, 1,000 of them held gave plain hosts 1.44 pages/s of the 5 allowed). About
-# 5.4 KB of the worker's memory each while held, 130 MB when full
-# (bench/bench_held_leases.py).
-HELD_LEASES = 24_000
-# Requests under way at once (the HTTP client's connection limit).
-CONNECTIONS = 1_000
 
 
 def lease_timing(lease: LeaseRecord) -> LeaseTiming:
@@ -116,11 +106,10 @@ class FetchFunction(AsyncFunction):
     rescale): as after a task restart, leases issued before this task started may have
     been sent by the job before it, so they are not sent (they expire and are re-let)."""
 
-    def __init__(self, cfg_data: dict[str, Any], connections: int = CONNECTIONS,
-                 restored: bool = False, capacity: int = HELD_LEASES) -> None:
+    def __init__(self, cfg_data: dict[str, Any], connections: int = 200,
+                 restored: bool = False) -> None:
         self.cfg_data = cfg_data
-        self.connections = connections  # requests under way (the HTTP client's limit)
-        self.capacity = capacity  # leases in the engine: held for their turns or fetched
+        self.connections = connections
         self.restored = restored
 
     def open(self, runtime_context) -> None:
@@ -156,7 +145,7 @@ class FetchFunction(AsyncFunction):
             parsing.wall_cap_s + STORE_MARGIN_S
         from udfs.fetcher.engine import FetchEngine
 
-        self.engine = FetchEngine(self._guarded, capacity=self.capacity)
+        self.engine = FetchEngine(self._guarded, capacity=self.connections)
         # The task's parser processes (udfs/parser/stage.py), started on first use.
         from udfs.parser.stage import ParseStage
 
@@ -249,7 +238,7 @@ class FetchFunction(AsyncFunction):
         self.engine.check()
         self._warc_tick()
         if len(value[1]):
-            # Backpressure from the engine (`capacity` leases held or fetched) and the
+            # Backpressure from the engine (`connections` leases held or fetched) and the
             # parse stage (while parse.max_waiting pages wait for a parser no new lease is
             # taken; the engine's loop keeps fetching the others). The leases PyFlink hands
             # over meanwhile queue on the lock, in order, and only its holder waits for room.
