@@ -8,7 +8,7 @@ the host's last request, its not_before, a Retry-After), up to fetch.hold_s, ins
 fetch engine, up to the job's --capacity leases per slot (jobs/fetcher.py, 1,000 by
 default), leases being fetched included. The frontier lets out more than that at
 2,000 hosts a slot (11 a host by default); holding them all would take a larger
---capacity (README, "Pace and politeness": measured slower on this machine). This
+--capacity (README, "Pace and politeness": no gain measured on this machine). This
 measures what a held lease costs, with the job's own FetchFunction (opened as a
 task would open it, no Flink): leases of hosts that have 11 each (--per-host), chained
 as the frontier grants them and due a minute ahead, are handed to it; each figure
@@ -22,8 +22,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import atexit
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -76,6 +78,7 @@ def child(leases: int, per_host: int, trace: bool) -> dict:
     from udfs.wire.avro import registry
 
     work = tempfile.mkdtemp(prefix="held-leases-")
+    atexit.register(shutil.rmtree, work, True)  # (the process's cwd: removed at its end)
     os.chdir(work)
     cfg = load_config(env={}, overrides=[
         "fetch.hold_s=120", "frontier.lookahead_s=2.5", "warc.enabled=false",
@@ -102,8 +105,8 @@ def child(leases: int, per_host: int, trace: bool) -> dict:
         for value in raw:
             await fn.async_invoke((b"k", value))
         # until the engine's loop has taken every lease to its host's wait
-        while len(fn.turns.lines) < hosts or sum(
-                line.locked() + len(line._waiters or ()) for line in fn.turns.lines.values()
+        while len(fn.turns.hosts) < hosts or sum(
+                line.locked() + len(line._waiters or ()) for line, _ in fn.turns.hosts.values()
         ) < leases:
             await asyncio.sleep(0.05)
         return time.process_time() - cpu

@@ -47,25 +47,25 @@ class Turns:
         self.ip_gate = ip_gate
         self.cache = cache
         self.selfcheck = PolitenessSelfCheck()
-        self.hosts: dict[str, asyncio.Condition] = {}
-        self.lines: dict[str, asyncio.Lock] = {}  # a host's held leases, first come first
+        # Per host: the line its held leases wait in (first come, first served), and
+        # the condition the first of them waits on for the slot.
+        self.hosts: dict[str, tuple[asyncio.Lock, asyncio.Condition]] = {}
         self.addresses: dict[str, asyncio.Condition] = {}
         self.resolver: Any = None  # a GuardedResolver over `cache`, made on first use
 
     def forget_idle(self, now: float, idle_s: float) -> None:
-        """Drop the slots and conditions of hosts and addresses quiet for `idle_s`."""
+        """Drop the slots, lines and conditions of hosts and addresses quiet for `idle_s`."""
         self.queues.forget_idle(now, idle_s)
         self.hosts = {k: v for k, v in self.hosts.items() if k in self.queues.slots}
-        self.lines = {k: v for k, v in self.lines.items()
-                      if k in self.queues.slots or v.locked()}
         self.ip_gate.forget_idle(now, max(idle_s, self.ip_gate.policy.min_gap_s))
         self.addresses = {k: v for k, v in self.addresses.items()
                           if k in self.ip_gate.addresses}
 
-    def _host(self, host: str) -> asyncio.Condition:
+    def _host(self, host: str) -> tuple[asyncio.Lock, asyncio.Condition]:
+        """The host's line and its condition."""
         turn = self.hosts.get(host)
         if turn is None:
-            turn = self.hosts[host] = asyncio.Condition()
+            turn = self.hosts[host] = (asyncio.Lock(), asyncio.Condition())
         return turn
 
     def _address(self, address: str) -> asyncio.Condition:
@@ -73,12 +73,6 @@ class Turns:
         if turn is None:
             turn = self.addresses[address] = asyncio.Condition()
         return turn
-
-    def _line(self, host: str) -> asyncio.Lock:
-        line = self.lines.get(host)
-        if line is None:
-            line = self.lines[host] = asyncio.Lock()
-        return line
 
     async def wait_host(self, timing: LeaseTiming) -> Skip | None:
         """Hold the lease until the host's slot lets it start, then start it.
@@ -91,8 +85,8 @@ class Turns:
         verdict = self.queues.wait(timing, time.time())
         if isinstance(verdict, Skip):
             return verdict
-        turn = self._host(timing.host_key)
-        async with self._line(timing.host_key), turn:
+        line, turn = self._host(timing.host_key)
+        async with line, turn:
             while True:
                 now = time.time()
                 verdict = self.queues.wait(timing, now)
@@ -168,7 +162,7 @@ class Turns:
             self.queues.end(timing, now, answer.duration_s, throttled=throttled,
                             retry_until=retry_until)
             self.selfcheck.end(timing.host_key, now, retry_until)
-        turn = self._host(timing.host_key)
+        turn = self._host(timing.host_key)[1]
         async with turn:
             turn.notify_all()
 
