@@ -23,19 +23,22 @@ import zlib
 from pathlib import Path
 from urllib.parse import urljoin
 
+import numpy as np
 from lxml import etree
+from zlib_ng import zlib_ng
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench._results import record, timed  # noqa: E402
 from crawler.testkit.procstat import minor_faults  # noqa: E402
 from crawler.testkit.synthetic_web import SyntheticWeb, build_sites  # noqa: E402
+from udfs.core.fingerprints import _hashes_of_4grams, _majority, _token_codes  # noqa: E402
 from udfs.core.parse import ParseLimits, parse_html  # noqa: E402
 from udfs.core.robots import parse_robots  # noqa: E402
 from udfs.core.sitemaps import parse_sitemap  # noqa: E402
 from udfs.core.urls import normalize_url  # noqa: E402
 from udfs.parser.stage import ParseStage  # noqa: E402
 from udfs.storage import warc  # noqa: E402
-from udfs.storage.deflate import gzip_of, piece  # noqa: E402
+from udfs.storage.deflate import FAST_LEVELS, gzip_of, piece  # noqa: E402
 from udfs.storage.warc import Exchange, Fetch, build_records  # noqa: E402
 
 rng = random.Random(7)
@@ -181,6 +184,43 @@ def bench_parse() -> list[tuple[str, str]]:
                             min_seconds=2, max_rounds=2000)
         rows.append((f"parse_html, {len(body) // 1000} KB page ({links} links kept)",
                      f"{calls / secs:,.1f} pages/s ({secs / calls * 1000:.2f} ms per page)"))
+    return rows + bench_majority()
+
+
+_BYTE_BITS = np.unpackbits(np.arange(256, dtype=np.uint8)[:, None], axis=1).astype(np.int64)
+
+
+def _majority_by_histograms(hashes, count: int) -> int:
+    """SimHash's bit majority as udfs/core/fingerprints.py counted it before
+    2026-12-06: a histogram of each byte position's values times a 256 x 8 bit table."""
+    columns = np.ascontiguousarray(hashes.astype(">u8").view(np.uint8).reshape(-1, 8).T)
+    sums = np.concatenate([np.bincount(columns[j], minlength=256) @ _BYTE_BITS
+                           for j in range(8)])
+    return int.from_bytes(np.packbits(sums > count / 2).tobytes(), "big")
+
+
+def bench_majority() -> list[tuple[str, str]]:
+    """SimHash's bit majority (udfs/core/fingerprints.py `_majority`, eight bits a word)
+    beside the byte histograms it replaced, on the 4-gram hashes of a synthetic-web page
+    and of a 200 KB CMS-like page's text."""
+    web = SyntheticWeb(build_sites(5, pages=(300, 360)), page_bytes=20_000)
+    texts = {"synthetic web's 20 KB page": web.body_for(web.site_list[0], "/p/3"),
+             "200 KB CMS-like page": html_page(200_000)}
+    rows = []
+    for label, body in texts.items():
+        text = etree.HTML(body).xpath("string()")
+        hashes = _hashes_of_4grams(_token_codes(text))
+        assert _majority(hashes, len(hashes)) == _majority_by_histograms(hashes, len(hashes))
+        us = {}
+        for _round in range(2):  # alternating, so a slower minute hits both
+            for name, fn in (("lanes", _majority), ("histograms", _majority_by_histograms)):
+                calls, secs = timed(lambda fn=fn, h=hashes: fn(h, len(h)), min_seconds=1,
+                                    max_rounds=20000)
+                us[name] = min(us.get(name, 1e9), secs / calls * 1e6)
+        rows.append((f"SimHash bit majority, {label} ({len(hashes):,} 4-grams): eight bits "
+                     "a word against byte histograms",
+                     f"{us['lanes']:.0f} vs {us['histograms']:.0f} us "
+                     f"({us['histograms'] / us['lanes']:.2f}x)"))
     return rows
 
 
@@ -241,8 +281,14 @@ def _stdlib_piece(data: bytes, level: int) -> bytes:
     return c.compress(data) + c.flush(zlib.Z_SYNC_FLUSH)
 
 
+def _zlib_ng_piece(data: bytes, level: int) -> bytes:
+    c = zlib_ng.compressobj(level, zlib_ng.DEFLATED, -zlib_ng.MAX_WBITS)
+    return c.compress(data) + c.flush(zlib_ng.Z_SYNC_FLUSH)
+
+
 def bench_deflate() -> list[tuple[str, str]]:
-    """The fetcher's deflate (zlib-ng, udfs/storage/deflate.py) beside the standard
+    """The fetcher's deflate at levels 6, 3 and 1 (udfs/storage/deflate.py: zlib-ng at
+    4-9, ISA-L at 1-3) beside zlib-ng's own level (at 1 and 3) and the standard
     library's zlib at the same level, on the same pages: time and compression ratio."""
     web = SyntheticWeb(build_sites(20, pages=(300, 360)), page_bytes=20_000)
     pages = {"synthetic web's 20 KB": [web.body_for(s, f"/p/{i}") for s in web.site_list
@@ -251,20 +297,25 @@ def bench_deflate() -> list[tuple[str, str]]:
              "200 KB CMS-like": [html_page(200_000, seed) for seed in range(4)]}
     rows = []
     for label, bodies in pages.items():
-        for level in (6, 1):
-            ms, ratio = {}, {}
+        for level in (6, 3, 1):
+            libs = {"ours": piece, "zlib-ng": _zlib_ng_piece, "zlib": _stdlib_piece}
+            if level not in FAST_LEVELS:
+                del libs["zlib-ng"]  # ours is zlib-ng's own level there
+            ms: dict[str, float] = {}
+            ratio: dict[str, float] = {}
             for _round in range(2):  # alternating, so a slower minute hits both
-                for name, fn in (("zlib-ng", piece), ("zlib", _stdlib_piece)):
+                for name, fn in libs.items():
                     calls, secs = timed(
                         lambda fn=fn, lv=level, bs=bodies: [fn(b, lv) for b in bs],
                         min_seconds=1, max_rounds=2000)
                     ms[name] = min(ms.get(name, 1e9), secs / calls / len(bodies) * 1000)
                     ratio[name] = (sum(map(len, bodies))
                                    / sum(len(fn(b, level)) for b in bodies))
-            rows.append((f"deflate level {level}, {label} pages: zlib-ng against zlib",
-                         f"{ms['zlib-ng']:.3f} vs {ms['zlib']:.3f} ms per page "
-                         f"({ms['zlib'] / ms['zlib-ng']:.2f}x), ratio {ratio['zlib-ng']:.2f} "
-                         f"vs {ratio['zlib']:.2f}"))
+            lib = "ISA-L" if level in FAST_LEVELS else "zlib-ng"
+            names = " against ".join(n if n != "ours" else f"ours ({lib})" for n in libs)
+            rows.append((f"deflate level {level}, {label} pages: {names}",
+                         " vs ".join(f"{ms[n]:.3f}" for n in libs) + " ms per page, ratio "
+                         + " vs ".join(f"{ratio[n]:.2f}" for n in libs)))
     return rows
 
 
@@ -324,9 +375,10 @@ def main() -> None:
     record("standards", "Web-standards layer (udfs/core: urls, robots, sitemaps, parse)", rows,
            notes="Single core, pure Python over ada-url (C++) and lxml (C). robotparser is "
                  "timed on the first 500 paths only (it scans every rule per check). Deflate: "
-                 "zlib-ng (what the fetcher stores with) beside the standard library's zlib "
-                 "on the same pages, the best of two alternating rounds each; its level 1 "
-                 "gives up more size than zlib's, its level 6 none.")
+                 "what the fetcher stores with (udfs/storage/deflate.py: ISA-L at levels "
+                 "1-3, zlib-ng at 4-9) beside zlib-ng's own level and the standard "
+                 "library's zlib on the same pages, the best of two alternating rounds "
+                 "each.")
 
 
 if __name__ == "__main__":

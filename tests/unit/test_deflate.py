@@ -72,15 +72,26 @@ def test_records_without_a_payload_have_no_piece():
     assert build_records(_fetch(b""))[0].payload_piece is None
 
 
-def test_zlib_ng_pieces_read_with_the_standard_zlib_at_its_size():
-    """The pieces come from zlib-ng: the standard library reads them back, their CRC-32
-    is zlib's, and at level 6 they are within 1% of zlib's own level-6 size."""
+def test_pieces_of_every_level_read_with_the_standard_zlib_and_zlib_ngs_at_its_size():
+    """Levels 1-3 are ISA-L's, 4-9 zlib-ng's: the standard library reads both back,
+    the CRC-32 is zlib's, and at level 6 the pieces are within 1% of zlib's own size."""
+    from isal import isal_zlib
+
     page = b"".join(b"<p>%d %s</p>" % (i, b"lorem ipsum dolor sit amet "[: i % 27])
                     for i in range(1500))
-    for level in (1, 6, 9):
+    for level in range(1, 10):
         got = deflate.piece(page, level)
         assert zlib.decompressobj(-zlib.MAX_WBITS).decompress(got) == page
+        assert got.endswith(deflate.SYNC_MARK)
+        assert gzip.decompress(deflate.gzip_of(b"", level)) == b""
+    for level in (1, 2, 3):  # ISA-L's own levels, byte for byte
+        c = isal_zlib.compressobj(level, isal_zlib.DEFLATED, -isal_zlib.MAX_WBITS)
+        assert deflate.piece(page, level) == c.compress(page) + c.flush(isal_zlib.Z_SYNC_FLUSH)
+    assert deflate.piece(page, 1) != deflate.piece(page, 4)
     assert deflate.crc32(page) == zlib.crc32(page) and deflate.crc32(b"") == 0
     c = zlib.compressobj(6, zlib.DEFLATED, -zlib.MAX_WBITS)
     theirs = len(c.compress(page) + c.flush(zlib.Z_SYNC_FLUSH))
     assert len(deflate.piece(page, 6)) <= theirs * 1.01
+    for bad in (0, 10):
+        with pytest.raises(ValueError, match="gzip level is 1 to 9"):
+            deflate.piece(page, bad)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -130,3 +131,21 @@ def test_signed_conversion_for_avro_longs():
         assert -(1 << 63) <= s < (1 << 63) and from_signed64(s) == v
 
 
+
+
+@pytest.mark.parametrize("n", [1, 2, 254, 255, 256, 511, 3000])
+def test_majority_counts_each_bit_without_a_carry_between_bits(n):
+    """Bits are counted eight to a word, one per byte, up to 255 hashes a word: with
+    every hash alike each byte reaches its most, and a carry would flip a neighbour."""
+    from udfs.core.fingerprints import _majority
+
+    def plain(values: list[int]) -> int:
+        return sum(1 << j for j in range(64)
+                   if sum(v >> j & 1 for v in values) > len(values) / 2)
+
+    rng = random.Random(n)
+    for values in ([(1 << 64) - 1] * n, [0x8000_0000_0000_0001] * n,
+                   [rng.getrandbits(64) for _ in range(n)],
+                   [(1 << 64) - 1] * (n // 2 + 1) + [0] * (n - n // 2 - 1)):
+        got = _majority(np.array(values, dtype=np.uint64), len(values))
+        assert got == plain(values)

@@ -83,18 +83,36 @@ def feature_hash_bytes(data: bytes) -> bytes:
     return feature_hash64(data.decode("utf-8")).to_bytes(8, "big")
 
 
-# _BITS[v, k] = bit k (most significant first) of the byte value v.
-_BITS = np.unpackbits(np.arange(256, dtype=np.uint8)[:, None], axis=1).astype(np.int64)
+_LANE_BITS = np.uint64(0x0101010101010101)  # the lowest bit of each of a word's 8 bytes
+_SHIFTS = tuple(np.uint64(k) for k in range(8))
+_ROW = 255  # hashes summed into one word: a byte of it counts at most 255 ones
 
 
 def _majority(hashes: NDArray[np.uint64], count: int) -> int:
     """Bit j of the result is set when more than count/2 hashes have bit j set.
 
-    Per-bit counts come from a histogram of each byte position's values times a
-    256 x 8 bit table: 8 bincounts instead of unpacking every hash into 64 bits.
+    Counted eight bits at a time in one word: `(h >> k) & 0x0101...01` holds bits k,
+    k+8, ..., k+56 of h one per byte, and the sum of 255 such words counts each of
+    them in its own byte without a carry into the next. 8 shifts, masks and sums over
+    the hashes: about half the time of 8 byte histograms (bench/RESULTS.md, standards).
     """
-    columns = np.ascontiguousarray(hashes.astype(">u8").view(np.uint8).reshape(-1, 8).T)
-    sums = np.concatenate([np.bincount(columns[j], minlength=256) @ _BITS for j in range(8)])
+    n = len(hashes)
+    full = n - n % _ROW
+    tail = np.zeros((1, _ROW), dtype=np.uint64)
+    tail[0, :n - full] = hashes[full:]
+    blocks = [(hashes[:full].reshape(-1, _ROW), full // _ROW)] if full else []
+    blocks.append((tail, 1))
+    lanes = np.empty((8, full // _ROW + 1), dtype=np.uint64)  # [k, row]
+    for k, shift in enumerate(_SHIFTS):
+        start = 0
+        for rows, size in blocks:
+            tmp = np.right_shift(rows, shift)
+            np.bitwise_and(tmp, _LANE_BITS, out=tmp)
+            np.add.reduce(tmp, axis=1, out=lanes[k, start:start + size])
+            start += size
+    # Byte b (little-endian) of lanes[k, row] counts bit 8b + k over the row's hashes.
+    per_bit = lanes.astype("<u8").view(np.uint8).reshape(8, -1, 8).sum(axis=1)  # [k, b]
+    sums = per_bit.T[::-1, ::-1].ravel()  # bit 63 first, as packbits reads them
     return int.from_bytes(np.packbits(sums > count / 2).tobytes(), "big")
 
 
