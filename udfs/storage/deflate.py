@@ -10,11 +10,11 @@ CRC-32 and length of all the uncompressed bytes.
 
 The level scale runs from 1 (fastest) to 9 (smallest), over two libraries that write
 the same format: levels 1-3 are ISA-L's (Intel's igzip, its levels 1-3), levels 4-9
-zlib-ng's (zlib's API; at 6 zlib's size in 0.6-0.8 of its time). On 20 KB pages ISA-L's
-level 3 takes about a fifth of zlib-ng's level 6 time and stays within a few percent of
-its size on CMS-like pages, where zlib-ng's own levels 1-3 give up far more size
-(bench/RESULTS.md, the "deflate level" rows). CRC-32 is zlib-ng's. Any gzip reader
-reads the members of either.
+zlib-ng's (zlib's API; at 6 zlib's size in 0.6-0.8 of its time). ISA-L's level 3
+takes 0.2-0.4 of zlib-ng's level 6 time for 2-6% more bytes on CMS-like pages; zlib-ng's
+own level 3 is about as small at 2.3-2.7x ISA-L's time, and its level 1 gives up far
+more size than ISA-L's (bench/RESULTS.md, the "deflate level" rows). CRC-32 is
+zlib-ng's. Any gzip reader reads the members of either.
 """
 
 from __future__ import annotations
