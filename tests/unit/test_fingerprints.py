@@ -131,8 +131,6 @@ def test_signed_conversion_for_avro_longs():
         assert -(1 << 63) <= s < (1 << 63) and from_signed64(s) == v
 
 
-
-
 @pytest.mark.parametrize("n", [1, 2, 254, 255, 256, 511, 3000])
 def test_majority_counts_each_bit_without_a_carry_between_bits(n):
     """Bits are counted eight to a word, one per byte, up to 255 hashes a word: with
