@@ -20,6 +20,7 @@ import sys
 import time
 import urllib.robotparser
 import zlib
+from functools import partial
 from pathlib import Path
 from urllib.parse import urljoin
 
@@ -38,7 +39,7 @@ from udfs.core.sitemaps import parse_sitemap  # noqa: E402
 from udfs.core.urls import normalize_url  # noqa: E402
 from udfs.parser.stage import ParseStage  # noqa: E402
 from udfs.storage import warc  # noqa: E402
-from udfs.storage.deflate import FAST_LEVELS, gzip_of, piece  # noqa: E402
+from udfs.storage.deflate import FAST_LEVELS, gzip_of, piece, piece_by  # noqa: E402
 from udfs.storage.warc import Exchange, Fetch, build_records  # noqa: E402
 
 rng = random.Random(7)
@@ -184,7 +185,7 @@ def bench_parse() -> list[tuple[str, str]]:
                             min_seconds=2, max_rounds=2000)
         rows.append((f"parse_html, {len(body) // 1000} KB page ({links} links kept)",
                      f"{calls / secs:,.1f} pages/s ({secs / calls * 1000:.2f} ms per page)"))
-    return rows + bench_majority()
+    return rows
 
 
 _BYTE_BITS = np.unpackbits(np.arange(256, dtype=np.uint8)[:, None], axis=1).astype(np.int64)
@@ -276,16 +277,6 @@ def bench_keep() -> list[tuple[str, str]]:
     return rows
 
 
-def _stdlib_piece(data: bytes, level: int) -> bytes:
-    c = zlib.compressobj(level, zlib.DEFLATED, -zlib.MAX_WBITS)
-    return c.compress(data) + c.flush(zlib.Z_SYNC_FLUSH)
-
-
-def _zlib_ng_piece(data: bytes, level: int) -> bytes:
-    c = zlib_ng.compressobj(level, zlib_ng.DEFLATED, -zlib_ng.MAX_WBITS)
-    return c.compress(data) + c.flush(zlib_ng.Z_SYNC_FLUSH)
-
-
 def bench_deflate() -> list[tuple[str, str]]:
     """The fetcher's deflate at levels 6, 3 and 1 (udfs/storage/deflate.py: zlib-ng at
     4-9, ISA-L at 1-3) beside zlib-ng's own level (at 1 and 3) and the standard
@@ -298,7 +289,8 @@ def bench_deflate() -> list[tuple[str, str]]:
     rows = []
     for label, bodies in pages.items():
         for level in (6, 3, 1):
-            libs = {"ours": piece, "zlib-ng": _zlib_ng_piece, "zlib": _stdlib_piece}
+            libs = {"ours": piece, "zlib-ng": partial(piece_by, zlib_ng),
+                    "zlib": partial(piece_by, zlib)}
             if level not in FAST_LEVELS:
                 del libs["zlib-ng"]  # ours is zlib-ng's own level there
             ms: dict[str, float] = {}
@@ -370,8 +362,8 @@ def bench_parse_stage() -> list[tuple[str, str]]:
 
 
 def main() -> None:
-    rows = (bench_urls() + bench_robots() + bench_sitemaps() + bench_parse() + bench_keep()
-            + bench_deflate() + bench_parse_stage())
+    rows = (bench_urls() + bench_robots() + bench_sitemaps() + bench_parse()
+            + bench_majority() + bench_keep() + bench_deflate() + bench_parse_stage())
     record("standards", "Web-standards layer (udfs/core: urls, robots, sitemaps, parse)", rows,
            notes="Single core, pure Python over ada-url (C++) and lxml (C). robotparser is "
                  "timed on the first 500 paths only (it scans every rule per check). Deflate: "

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Iterable
+from typing import Any
 
 from isal import isal_zlib
 from zlib_ng import zlib_ng as zlib
@@ -39,7 +40,12 @@ def piece(data: bytes, level: int) -> bytes:
     sync flush."""
     if not 1 <= level <= 9:
         raise ValueError(f"a gzip level is 1 to 9, not {level}")
-    lib = isal_zlib if level in FAST_LEVELS else zlib
+    return piece_by(isal_zlib if level in FAST_LEVELS else zlib, data, level)
+
+
+def piece_by(lib: Any, data: bytes, level: int) -> bytes:
+    """`data` as raw deflate ended by a sync flush, by `lib` (a module with zlib's API:
+    zlib-ng's, ISA-L's or the standard library's) at its own `level`."""
     c = lib.compressobj(level, lib.DEFLATED, -lib.MAX_WBITS)
     return c.compress(data) + c.flush(lib.Z_SYNC_FLUSH)
 
