@@ -5,6 +5,8 @@ this machine has it) that counts every TCP connection it accepts: it must count 
 Every other range goes through sockets whose connect fails the test if it is ever
 reached, so no packet leaves for a non-loopback address even if the guard were broken.
 A positive control shows the tripwire does see a connection that is allowed.
+Every test runs on both event loops: asyncio's, and uvloop's, which the fetch engine
+runs (udfs/fetcher/engine.py).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from dataclasses import replace
 
 import aiohttp
 import pytest
+import uvloop
 
 from tests.unit.test_frontier_io import FORBIDDEN_LITERALS
 from udfs.core.addresses import AddressPolicy
@@ -28,6 +31,19 @@ from udfs.fetcher.client import (
     literal_refusal,
     make_session,
 )
+
+
+@pytest.fixture(autouse=True, params=["asyncio", "uvloop"])
+def event_loop_kind(request):
+    """asyncio.run makes its loop by the policy: the default one, then uvloop's."""
+    policy = asyncio.get_event_loop_policy()
+    if request.param == "uvloop":
+        asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
+    try:
+        yield request.param
+    finally:
+        asyncio.set_event_loop_policy(policy)
+
 
 LIMITS = replace(FetchLimits(), connect_timeout_s=2.0, read_timeout_s=2.0, total_timeout_s=5.0)
 NO_NETWORKS = AddressPolicy.from_networks([])
@@ -143,6 +159,8 @@ def no_connect(monkeypatch):
         attempts.append(address)
         raise AssertionError(f"a connection to {address} was attempted")
 
+    # uvloop's sock_connect calls the socket's own connect (so do these two), asyncio's
+    # may not: it is refused too.
     monkeypatch.setattr(socket.socket, "connect", refuse)
     monkeypatch.setattr(socket.socket, "connect_ex", refuse)
     monkeypatch.setattr(asyncio.selector_events.BaseSelectorEventLoop, "sock_connect",
