@@ -27,7 +27,6 @@ when this incarnation knows no one sent it, so the frontier takes it back at onc
 from __future__ import annotations
 
 import asyncio
-import gc
 import math
 import time
 from dataclasses import replace
@@ -47,6 +46,7 @@ from udfs.core.politeness import Pace
 from udfs.core.urls import UrlPolicy
 from udfs.fetcher.faults import fault_injector
 from udfs.fetcher.turns import Answer, Turns
+from udfs.flink import collector
 from udfs.wire.avro import AvroDecodeError, registry
 from udfs.wire.deadletter import dead_letter
 from udfs.wire.records import (
@@ -167,9 +167,9 @@ class FetchFunction(AsyncFunction):
         # What is alive now (modules, Beam's harness, this task's parts) lives as long as
         # the process: out of the collector's generations, its full collections no longer
         # walk it. They took ~110 ms each (about one a 10 s at 200 sites), each a stall of
-        # every fetch in flight, whose durations (10x) then space their hosts.
-        gc.collect()
-        gc.freeze()
+        # every fetch in flight, whose durations (10x) then space their hosts. And the
+        # young generation is collected less often (udfs/flink/collector.py).
+        collector.settle()
 
     def _warc_writer(self, cfg: Config, runtime_context):
         """The task's WARC writer (warc.enabled), one per subtask: its files are named

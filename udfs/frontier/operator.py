@@ -46,6 +46,7 @@ from udfs.core.shards import ShardQueue, Transfer, shard_trap_policy
 from udfs.core.traps import DailyBudget
 from udfs.core.urlfilters import load_filters
 from udfs.core.urls import UrlPolicy, split_host_key
+from udfs.flink import collector
 from udfs.flink.runtime import ROW_KEY_VALUE
 from udfs.frontier.metrics import FrontierMetrics
 from udfs.frontier.pipeline import (
@@ -289,6 +290,9 @@ class FrontierFunction(KeyedProcessFunction):
         # fetcher was alive when its lease was issued (udfs/core/frontier/hearing.py).
         # In memory: a restored subtask takes the fetcher as alive until its first call.
         self.hearing = FetcherHearing()
+        # The job's interpreter (thread mode: every Python operator of this JVM): the
+        # young generation collected less often (udfs/flink/collector.py).
+        collector.settle()
 
     def close(self) -> None:
         self.metrics.batch.flush()

@@ -409,6 +409,9 @@ def _child(memory_mb: int, parent: int, keep_heap: bool = True) -> None:
         _write_frame(out, ("failed", f"parse.filters: {exc}"[:1000]))
         return
     parse_html(b"<p>warm</p>", "http://warm.test/")  # lxml's first call costs too
+    from udfs.flink import collector
+
+    collector.settle()  # (the imports frozen; the young generation collected less often)
     _write_frame(out, ("ready", None))
     while True:
         try:

@@ -85,6 +85,10 @@ def _as_warc_digest(raw: bytes) -> str:
     return "sha256:" + base64.b32encode(raw).decode()
 
 
+# The payload digest of a record with no payload (every request record's).
+_EMPTY_DIGEST = sha256_b32(b"")
+
+
 def record_id(lease_id: str, url_version: int, attempt: int, role: str) -> str:
     """The WARC-Record-ID of one record of one fetch: the same fetch, the same id."""
     name = f"{lease_id}\x00{url_version}\x00{attempt}\x00{role}"
@@ -273,7 +277,7 @@ def build_records(f: Fetch, refers_to: tuple[str, str, str] | None = None,
                                 protocol="", is_http_request=True)
     req_headers = {"WARC-Record-ID": req_id, **common, "WARC-Concurrent-To": resp_id,
                    "WARC-Block-Digest": _block_digest(req_http, b""),
-                   "WARC-Payload-Digest": sha256_b32(b"")}
+                   "WARC-Payload-Digest": _EMPTY_DIGEST}
     req = _BUILDER.create_warc_record(f.url, "request", http_headers=req_http,
                                       warc_headers_dict=req_headers)
     return [main, Record("request", req_id, _gzip_member(req, gzip_level), f.url,
