@@ -20,7 +20,7 @@ names to 127.0.0.1. `--variant` runs this crawler once more per variant, with th
 settings over the defaults, reported beside the default run. Needs the local stack
 (`./dev up`).
 
-    python bench/bench_crawl.py --against REV [--pairs 2] [--sites 200] ...
+    python bench/bench_crawl.py --against REV [--pairs 2] [--settings KEY=VALUE,...] ...
 
 compares this checkout with another build instead of with Scrapy: a git worktree of
 revision REV (sharing this checkout's .cache and local stack), run alternately with
@@ -28,6 +28,9 @@ this one, `--pairs` times each per web size, each run in a fresh process of its 
 checkout (both jobs' Python workers included, through PYTHONPATH); each pair's first
 run alternates between the builds. REV needs `bench_crawl.run_ours` (any revision since
 35f3d83), and with `--warmup` or `--pages` a run_ours that takes them (since 106c33e).
+`--settings` applies settings over the defaults in this checkout's runs only: with
+`--against HEAD` (a clean tree), settings against the defaults on the same build,
+alternating, which `--variant` (run once, after the default run) does not do.
 Written to its own section of RESULTS.md.
 """
 
@@ -306,8 +309,9 @@ def run_checkout(checkout: Path, workdir: Path, **kw) -> dict:
 
 
 def against(rev: str, sizes: list[int], pairs: int, base: dict, warmup: float,
-            pages: tuple[int, int]) -> None:
-    """This checkout against revision `rev`, alternating, `pairs` runs each per size."""
+            pages: tuple[int, int], settings: tuple[str, ...] = ()) -> None:
+    """This checkout against revision `rev`, alternating, `pairs` runs each per size;
+    `settings` (KEY=VALUE) over the defaults in this checkout's runs only."""
     # Passed only when asked for, so that a revision from before them still runs.
     more = {k: v for k, v in (("warmup", warmup), ("pages", pages))
             if v != {"warmup": 0.0, "pages": PAGES}[k]}
@@ -317,7 +321,9 @@ def against(rev: str, sizes: list[int], pairs: int, base: dict, warmup: float,
                           check=True, capture_output=True, text=True).stdout.strip()
     rows = [(WINDOW, window_row(base["seconds"], warmup, base["gap"], base["page_bytes"],
                                 base["checkpoint_ms"], pages)),
-            ("builds", f"this checkout ({here}) against {sha}, alternating, {pairs} runs each")]
+            ("builds", f"this checkout ({here}"
+                       + (f", with {','.join(settings)}" if settings else "")
+                       + f") against {sha}, alternating, {pairs} runs each")]
     with tempfile.TemporaryDirectory() as tmp:
         other = Path(tmp) / "rev"
         subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", "-f",
@@ -332,7 +338,8 @@ def against(rev: str, sizes: list[int], pairs: int, base: dict, warmup: float,
                     for name, checkout in (order if i % 2 == 0 else order[::-1]):
                         runs[name].append(run_checkout(
                             checkout, Path(tmp) / f"{name}-{sites}-{i}", sites=sites,
-                            extra=[], more=more, **base))
+                            extra=list(settings) if name == "this" else [], more=more,
+                            **base))
                 rate = {name: [r["pages"] / r["seconds"] for r in rs]
                         for name, rs in runs.items()}
                 for name, rs in runs.items():
@@ -355,7 +362,8 @@ def against(rev: str, sizes: list[int], pairs: int, base: dict, warmup: float,
             subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force",
                             str(other)], capture_output=True)
     record("crawl_against", "The whole crawl, this build against an earlier one", rows,
-           notes="Both builds crawl the same synthetic web (seed) with the same settings, "
+           notes="Both builds crawl the same synthetic web (seed) with the same settings "
+                 "(but those of --settings, in this checkout's runs: the builds row), "
                  "one after the other, alternating, so that the machine's drift falls on "
                  "both. CPU: user + system seconds of both jobs' process trees and the "
                  "Kafka broker over each measured window, divided by its pages.")
@@ -381,6 +389,9 @@ def main() -> None:
                     help="compare with the build at this git revision instead of Scrapy")
     ap.add_argument("--pairs", type=int, default=2,
                     help="with --against: runs of each build per web size, alternating")
+    ap.add_argument("--settings", metavar="KEY=VALUE,...",
+                    help="with --against: these settings in this checkout's runs only "
+                         "(--against HEAD: settings against the defaults, alternating)")
     args = ap.parse_args()
     if args.pairs < 1:
         ap.error(f"--pairs: at least 1, got {args.pairs}")
@@ -393,6 +404,11 @@ def main() -> None:
     if not 1 <= lo <= hi:
         ap.error(f"--pages: 1 <= LO <= HI, got {args.pages}")
     pages = (lo, hi)
+    settings = tuple(args.settings.split(",")) if args.settings else ()
+    if settings and args.against is None:
+        ap.error("--settings: only with --against (use --against HEAD for this build)")
+    if not all("=" in kv for kv in settings):
+        ap.error(f"--settings {args.settings}: expected KEY=VALUE[,KEY=VALUE...]")
     if args.against is not None:
         if args.variant:
             ap.error("--against and --variant: one comparison at a time")
@@ -408,7 +424,7 @@ def main() -> None:
             ap.error(f"--against: {args.against}'s run_ours takes no --warmup or --pages")
         against(args.against, [int(x) for x in args.sites.split(",")], args.pairs,
                 {"seconds": args.seconds, "gap": args.gap, "page_bytes": args.page_bytes,
-                 "checkpoint_ms": args.checkpoint_ms}, args.warmup, pages)
+                 "checkpoint_ms": args.checkpoint_ms}, args.warmup, pages, settings)
         return
     variants = [tuple(v.split(",")) for v in args.variant]
     for v in variants:
