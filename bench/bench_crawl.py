@@ -369,6 +369,19 @@ def against(rev: str, sizes: list[int], pairs: int, base: dict, warmup: float,
                  "Kafka broker over each measured window, divided by its pages.")
 
 
+def _check_settings(ap: argparse.ArgumentParser, flag: str, settings: tuple[str, ...]
+                    ) -> None:
+    """One line and exit 2 for settings the jobs would refuse, before anything starts."""
+    from udfs.config.loader import load_config
+
+    if not settings or not all("=" in kv for kv in settings):
+        ap.error(f"{flag} {','.join(settings)}: expected KEY=VALUE[,KEY=VALUE...]")
+    try:
+        load_config(env={}, overrides=settings)
+    except ValueError as exc:  # (ConfigError is one)
+        ap.error(f"{flag}: {exc}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--sites", default="200,2000", help="comma-separated web sizes")
@@ -404,11 +417,11 @@ def main() -> None:
     if not 1 <= lo <= hi:
         ap.error(f"--pages: 1 <= LO <= HI, got {args.pages}")
     pages = (lo, hi)
-    settings = tuple(args.settings.split(",")) if args.settings else ()
-    if settings and args.against is None:
+    settings = tuple(args.settings.split(",")) if args.settings is not None else ()
+    if args.settings is not None and args.against is None:
         ap.error("--settings: only with --against (use --against HEAD for this build)")
-    if not all("=" in kv for kv in settings):
-        ap.error(f"--settings {args.settings}: expected KEY=VALUE[,KEY=VALUE...]")
+    if args.settings is not None:
+        _check_settings(ap, "--settings", settings)
     if args.against is not None:
         if args.variant:
             ap.error("--against and --variant: one comparison at a time")
@@ -428,8 +441,7 @@ def main() -> None:
         return
     variants = [tuple(v.split(",")) for v in args.variant]
     for v in variants:
-        if not all("=" in kv for kv in v):
-            ap.error(f"--variant {','.join(v)}: expected KEY=VALUE[,KEY=VALUE...]")
+        _check_settings(ap, "--variant", v)
     sizes = [int(x) for x in args.sites.split(",")]
     scrapy_python()  # install first, outside the timed part
     rows = [(WINDOW, window_row(args.seconds, args.warmup, args.gap, args.page_bytes,

@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import multiprocessing as mp
+import queue
 import socket
 import sys
 import time
@@ -26,7 +27,7 @@ HOSTS = 200  # names of the synthetic web's kind, all on 127.0.0.1 (fetch.static
 WARM = 300  # fetches before the measured ones: connections open, code paths warm
 
 
-def _serve(port: int, ready) -> None:
+def _serve(port: int) -> None:
     from aiohttp import web
 
     from crawler.testkit.synthetic_web import SyntheticWeb, build_sites
@@ -40,7 +41,6 @@ def _serve(port: int, ready) -> None:
 
     app = web.Application()
     app.router.add_get("/{path:.*}", page)
-    ready.set()
     web.run_app(app, host="127.0.0.1", port=port, print=None, access_log=None)
 
 
@@ -88,6 +88,32 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+def _wait_listening(port: int, server, seconds: float = 60.0) -> None:
+    """Until the server accepts a connection (bounded; a dead server fails at once)."""
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        if not server.is_alive():
+            raise SystemExit(f"the page server ended (exit code {server.exitcode})")
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return
+        except OSError:
+            time.sleep(0.1)
+    raise SystemExit(f"the page server did not listen within {seconds:.0f} s")
+
+
+def _result(client, out, seconds: float = 600.0) -> tuple[float, float]:
+    """The client's (seconds, CPU seconds), or a clear failure as soon as it dies."""
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        try:
+            return out.get(timeout=1)
+        except queue.Empty:
+            if not client.is_alive():
+                raise SystemExit(f"a client run failed (exit code {client.exitcode})") from None
+    raise SystemExit(f"a client run took over {seconds:.0f} s")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--fetches", type=int, default=4000)
@@ -98,12 +124,10 @@ def main() -> None:
         if getattr(args, name) < 1:
             ap.error(f"--{name}: at least 1, got {getattr(args, name)}")
     ctx = mp.get_context("spawn")
-    port, ready = _free_port(), ctx.Event()
-    server = ctx.Process(target=_serve, args=(port, ready), daemon=True)
+    port = _free_port()
+    server = ctx.Process(target=_serve, args=(port,), daemon=True)
     server.start()
-    if not ready.wait(60):
-        raise SystemExit("the page server did not start")
-    time.sleep(0.5)  # (run_app binds after `ready`)
+    _wait_listening(port, server)
     runs: dict[str, list[tuple[float, float]]] = {"asyncio": [], "uvloop": []}
     try:
         for r in range(args.rounds):
@@ -112,8 +136,12 @@ def main() -> None:
                 client = ctx.Process(target=_run, args=(kind, args.fetches, args.concurrency,
                                                         port, out))
                 client.start()
-                runs[kind].append(out.get(timeout=600))
-                client.join(60)
+                try:
+                    runs[kind].append(_result(client, out))
+                finally:
+                    client.join(60)
+                    if client.is_alive():
+                        client.terminate()
     finally:
         server.terminate()
     n = args.fetches

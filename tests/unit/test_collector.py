@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import weakref
 
 import pytest
 
@@ -27,17 +28,28 @@ def test_settle_freezes_what_is_alive_and_raises_only_the_young_threshold(restor
     assert not any(x is alive for x in gc.get_objects())  # frozen: no generation holds it
 
 
-def test_cycles_are_still_collected_after_settle(restored_gc):
-    import weakref
+def test_settle_without_freeze_leaves_every_object_to_the_collector(restored_gc):
+    gc.set_threshold(700, 7, 9)
+    gc.unfreeze()
+    alive = [[i] for i in range(10)]
+    collector.settle(freeze=False)
+    assert gc.get_threshold() == (collector.YOUNG_THRESHOLD, 7, 9)
+    assert gc.get_freeze_count() == 0
+    assert any(x is alive for x in gc.get_objects())
 
+
+class _Node:
+    other: _Node
+
+
+def test_a_cycle_is_collected_by_the_allocations_that_follow_settle(restored_gc):
+    """No explicit collection: the young generation's own threshold frees the cycle."""
     collector.settle()
-
-    class Node:
-        pass
-
-    a, b = Node(), Node()
+    assert gc.isenabled()
+    a, b = _Node(), _Node()
     a.other, b.other = b, a  # a cycle: only the collector frees it
     gone = weakref.ref(a)
     del a, b
-    gc.collect(0)
+    kept = [[i] for i in range(collector.YOUNG_THRESHOLD * 2)]  # tracked, alive
     assert gone() is None
+    assert len(kept) == collector.YOUNG_THRESHOLD * 2

@@ -159,8 +159,8 @@ def no_connect(monkeypatch):
         attempts.append(address)
         raise AssertionError(f"a connection to {address} was attempted")
 
-    # uvloop's sock_connect calls the socket's own connect (so do these two), asyncio's
-    # may not: it is refused too.
+    # Both loops' sock_connect call the socket's own connect; asyncio's is refused as
+    # well, a second net.
     monkeypatch.setattr(socket.socket, "connect", refuse)
     monkeypatch.setattr(socket.socket, "connect_ex", refuse)
     monkeypatch.setattr(asyncio.selector_events.BaseSelectorEventLoop, "sock_connect",

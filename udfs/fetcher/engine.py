@@ -88,7 +88,7 @@ class FetchEngine:
         self.room = Room()
         # libuv's loop (uvloop): the loop's own work per fetch (its selector, transports,
         # timers, handles) in C rather than in Python, under the GIL every fetch shares:
-        # about a quarter less CPU per fetch (bench/bench_fetch_loop.py).
+        # about a quarter less client CPU per fetch (bench/bench_fetch_loop.py).
         self.loop = uvloop.new_event_loop()
         self._thread = threading.Thread(target=self._run, name="fetch-engine", daemon=True)
         self._thread.start()

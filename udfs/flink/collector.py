@@ -18,11 +18,16 @@ import gc
 YOUNG_THRESHOLD = 20_000
 
 
-def settle() -> None:
-    """Freeze what is alive now (modules, the task's parts: alive as long as the
-    process, so no collection walks them again) and collect the young generation
-    every YOUNG_THRESHOLD allocations; the older generations keep their ratios."""
-    gc.collect()
-    gc.freeze()
+def settle(freeze: bool = True) -> None:
+    """Collect the young generation every YOUNG_THRESHOLD allocations (the older
+    generations keep their ratios); with `freeze`, first move what is alive now out of
+    the collector's reach for good (no collection walks it again, and none would ever
+    free it). Freeze only in a process whose live objects now live as long as it does
+    (the fetcher's worker, a parser process), not in an interpreter that outlives its
+    operators (thread mode: the frontier's JVM keeps its interpreter across a task's
+    restarts, and a frozen operator in a cycle would never be freed)."""
+    if freeze:
+        gc.collect()
+        gc.freeze()
     _, older, oldest = gc.get_threshold()
     gc.set_threshold(YOUNG_THRESHOLD, older, oldest)

@@ -291,11 +291,16 @@ class FrontierFunction(KeyedProcessFunction):
         # In memory: a restored subtask takes the fetcher as alive until its first call.
         self.hearing = FetcherHearing()
         # The job's interpreter (thread mode: every Python operator of this JVM): the
-        # young generation collected less often (udfs/flink/collector.py).
-        collector.settle()
+        # young generation collected less often (udfs/flink/collector.py). Nothing is
+        # frozen: the interpreter may outlive this operator (a task restarted here).
+        collector.settle(freeze=False)
 
     def close(self) -> None:
         self.metrics.batch.flush()
+        # The interpreter outlives this operator (thread mode): what it holds goes now,
+        # not whenever the collector finds the operator in a cycle.
+        self.cache.clear()
+        self.armed.clear()
 
     def _now(self, ctx) -> float:
         """The crawl clock: a virtual clock's watermark (`crawl_now`), or else this
