@@ -374,7 +374,7 @@ def _check_settings(ap: argparse.ArgumentParser, flag: str, settings: tuple[str,
     """One line and exit 2 for settings the jobs would refuse, before anything starts."""
     from udfs.config.loader import load_config
 
-    if not settings or not all("=" in kv for kv in settings):
+    if not all("=" in kv for kv in settings):
         ap.error(f"{flag} {','.join(settings)}: expected KEY=VALUE[,KEY=VALUE...]")
     try:
         load_config(env={}, overrides=settings)

@@ -22,6 +22,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench._results import record  # noqa: E402
+from crawler.run import free_port  # noqa: E402
 
 HOSTS = 200  # names of the synthetic web's kind, all on 127.0.0.1 (fetch.static_hosts)
 WARM = 300  # fetches before the measured ones: connections open, code paths warm
@@ -82,12 +83,6 @@ def _run(kind: str, n: int, concurrency: int, port: int, out) -> None:
         loop.close()
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _wait_listening(port: int, server, seconds: float = 60.0) -> None:
     """Until the server accepts a connection (bounded; a dead server fails at once)."""
     end = time.monotonic() + seconds
@@ -124,7 +119,7 @@ def main() -> None:
         if getattr(args, name) < 1:
             ap.error(f"--{name}: at least 1, got {getattr(args, name)}")
     ctx = mp.get_context("spawn")
-    port = _free_port()
+    port = free_port()
     server = ctx.Process(target=_serve, args=(port,), daemon=True)
     server.start()
     _wait_listening(port, server)
