@@ -194,3 +194,17 @@ def test_close_drops_work_in_progress():
     start = time.monotonic()
     engine.close()
     assert time.monotonic() - start < 5 and engine.drain() == []
+
+
+def test_close_before_the_loop_runs_stops_it_and_closes_it():
+    async def work(item):
+        return [item]
+
+    for _ in range(20):  # the race is between the constructor's thread and close()
+        engine = FetchEngine(work, capacity=1)
+        engine.close()  # often before the thread has reached run_forever
+        engine._thread.join(timeout=5)
+        assert not engine._thread.is_alive(), "the loop was left running"
+        assert engine.loop.is_closed()
+        assert engine.submit("late")  # dropped, as a closing task's lease is
+        engine.close()  # twice is harmless

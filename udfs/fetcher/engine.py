@@ -116,7 +116,10 @@ class FetchEngine:
             self._active += 1
         # The coroutine is made on the loop: one handed over as the engine closes is
         # then never made, rather than made and never awaited.
-        self.loop.call_soon_threadsafe(self._start, item)
+        try:
+            self.loop.call_soon_threadsafe(self._start, item)
+        except RuntimeError:  # the engine is closed: dropped, its lease expires, re-let
+            pass
         return True
 
     def _start(self, item: Any) -> None:
@@ -157,6 +160,14 @@ class FetchEngine:
                 task.cancel()
             self.loop.call_soon(self.loop.stop)  # after the cancelled tasks' last step
 
-        if self.loop.is_running():
-            self.loop.call_soon_threadsafe(stop)
-            self._thread.join(timeout=5)
+        if self.loop.is_closed():
+            return
+        # Queued even when the thread has not reached run_forever yet: the loop then
+        # starts, runs it and stops (checking is_running instead left that loop running).
+        self.loop.call_soon_threadsafe(stop)
+        self._thread.join(timeout=5)
+        if not self._thread.is_alive():
+            # Closed here, not when the collector finds it (uvloop logs an open loop
+            # then). A thread's late hand-over to a cancelled task is dropped by asyncio;
+            # Room.notify and submit treat a closed loop as gone.
+            self.loop.close()
