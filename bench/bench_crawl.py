@@ -164,9 +164,6 @@ def run_ours(sites: int, seconds: int, gap: float, workdir: Path, page_bytes: in
     overrides += synthetic_overrides(web, workdir, gap)
     overrides.append(f"flink.checkpoint_interval_ms={checkpoint_ms}")
     overrides.append(f"flink.checkpoint_dir={workdir / 'checkpoints'}")  # gone with it
-    # The WARC file being written, too: the jobs are stopped with it open, and in the
-    # system's temp folder it would stay (100-200 MB a run).
-    overrides.append(f"warc.temp_dir={workdir / 'warc-temp'}")
     overrides += extra
     cfg = load_config(env={}, overrides=overrides)
     from crawler.stack.local import drop_topics, ensure_topics

@@ -358,10 +358,13 @@ def free_port(avoid: Collection[int] = ()) -> int:
 
 def synthetic_overrides(web, state_dir: Path, min_gap_s: float) -> list[str]:
     """What makes the synthetic web crawlable, and quick: 127.0.0.1 allowed explicitly
-    (only that address: the web's SSRF bait resolves to 127.0.0.2 and stays refused)."""
+    (only that address: the web's SSRF bait resolves to 127.0.0.2 and stays refused).
+    The objects and the fetcher's open WARC file go under `state_dir` (a stopped job
+    leaves that file open: in the system's temp folder it would outlive the run)."""
     return ["fetch.allowed_networks=[127.0.0.1/32]",
             f"fetch.static_hosts=[{','.join(web.static_hosts())}]",
             f"storage.local_dir={state_dir / 'objects'}",
+            f"warc.temp_dir={state_dir / 'warc-temp'}",
             f"politeness.min_gap_s={min_gap_s}", "robots.retry_base_s=1.0",
             "flink.checkpoint_interval_ms=1000"]
 

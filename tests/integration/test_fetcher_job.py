@@ -31,14 +31,15 @@ def fetcher_overrides(web, tmp_path, topics: tuple[str, str, str, str], port: in
                       ) -> list[str]:
     """The fetcher job's settings for a test: its topics (leases, completions,
     discovered, dead letters), 1 s checkpoints, no restarts, the synthetic web's names on
-    loopback, objects under tmp_path, metrics on `port`."""
+    loopback, objects and the open WARC file under tmp_path, metrics on `port`."""
     leases, comps, disc, dlq = topics
     return [f"topics.leases.name={leases}", f"topics.completions.name={comps}",
             f"topics.discovered.name={disc}", f"topics.deadletter.name={dlq}",
             "flink.checkpoint_interval_ms=1000", "flink.restart_strategy=none",
             "fetch.allowed_networks=[127.0.0.0/8]",
             f"fetch.static_hosts=[{','.join(web.static_hosts())}]",
-            f"storage.local_dir={tmp_path / 'objects'}", f"metrics.fetcher_port={port}"]
+            f"storage.local_dir={tmp_path / 'objects'}", f"warc.temp_dir={tmp_path / 'warc-temp'}",
+            f"metrics.fetcher_port={port}"]
 
 
 def _read(cfg, topic, schema, until, timeout_s=STARTUP_S):

@@ -124,3 +124,26 @@ def test_the_hostile_set_is_opt_in_and_serves_pages_that_attack_the_parser():
         assert _get(web, sites[0], "/hostile/slow")[0] == 404  # only hostile sites
     finally:
         web.stop()
+
+
+def test_pages_are_distinct_documents_and_the_near_twins_are_near():
+    """A bench crawl's web is no web of near-duplicates: 20 KB pages of different paths
+    and sites are more than SimHash's 3 bits apart, while /near/a and /near/b (one word
+    apart) are within them and /dup/a and /dup/b are the same page."""
+    from itertools import combinations
+
+    from udfs.core.fingerprints import hamming
+    from udfs.core.parse import parse_html
+
+    web = SyntheticWeb(build_sites(6, seed=2, pages=(40, 50)), page_bytes=20_000)
+    pages = [(s, f"/p/{i}") for s in web.site_list for i in range(20)]
+    fps = [parse_html(web.body_for(s, p), f"http://{s.name}{p}").simhash for s, p in pages]
+    distances = [hamming(a, b) for a, b in combinations(fps, 2)]
+    assert len(distances) == 7140 and min(distances) > 3, min(distances)
+    assert sum(distances) / len(distances) > 16
+    site = next(s for s in build_sites(20, seed=2) if "dups" in s.features)
+    small = SyntheticWeb([site])
+    near = [parse_html(small.body_for(site, p), "http://x.test/").simhash
+            for p in ("/near/a", "/near/b")]
+    assert hamming(*near) <= 3
+    assert small.body_for(site, "/dup/a") == small.body_for(site, "/dup/b")
