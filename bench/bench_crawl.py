@@ -28,6 +28,9 @@ this one, `--pairs` times each per web size, each run in a fresh process of its 
 checkout (both jobs' Python workers included, through PYTHONPATH); each pair's first
 run alternates between the builds. REV needs `bench_crawl.run_ours` (any revision since
 35f3d83), and with `--warmup` or `--pages` a run_ours that takes them (since 106c33e).
+Each build crawls its own synthetic web (crawler/testkit/synthetic_web.py of its
+checkout): a REV before c338ee2 serves pages of LOREM words alone, every 20 KB page a
+near-duplicate of the others, and so measures another web than this checkout's.
 `--settings` applies settings over the defaults in this checkout's runs only: with
 `--against HEAD` (a clean tree), settings against the defaults on the same build,
 alternating, which `--variant` (run once, after the default run) does not do.
@@ -432,6 +435,10 @@ def main() -> None:
             ap.error(f"--against: {args.against} has no bench_crawl.run_ours to run")
         if (args.warmup or pages != PAGES) and "warmup: float" not in source:
             ap.error(f"--against: {args.against}'s run_ours takes no --warmup or --pages")
+        if subprocess.run(["git", "-C", str(ROOT), "merge-base", "--is-ancestor",
+                           "c338ee2", args.against], capture_output=True).returncode:
+            print(f"note: {args.against} predates c338ee2: its runs crawl its own web of "
+                  "LOREM-only pages (all near-duplicates), not this checkout's", flush=True)
         against(args.against, [int(x) for x in args.sites.split(",")], args.pairs,
                 {"seconds": args.seconds, "gap": args.gap, "page_bytes": args.page_bytes,
                  "checkpoint_ms": args.checkpoint_ms}, args.warmup, pages, settings)
