@@ -141,9 +141,15 @@ def test_pages_are_distinct_documents_and_the_near_twins_are_near():
     distances = [hamming(a, b) for a, b in combinations(fps, 2)]
     assert len(distances) == 7140 and min(distances) > 3, min(distances)
     assert sum(distances) / len(distances) > 16
-    site = next(s for s in build_sites(20, seed=2) if "dups" in s.features)
-    small = SyntheticWeb([site])
-    near = [parse_html(small.body_for(site, p), "http://x.test/").simhash
-            for p in ("/near/a", "/near/b")]
-    assert hamming(*near) <= 3
-    assert small.body_for(site, "/dup/a") == small.body_for(site, "/dup/b")
+    # Every near pair of the webs the integration, e2e and cluster tests crawl.
+    webs = [build_sites(50, seed=7, pages=(90, 115), boilerplate=1),
+            build_sites(12, seed=5, pages=(15, 20)), build_sites(8, seed=3, pages=(25, 35)),
+            build_sites(6, seed=4), build_sites(200, seed=11)]
+    twins = {s.name: s for sites in webs for s in sites if "dups" in s.features}.values()
+    small = SyntheticWeb(list(twins))
+    assert len(twins) >= 60
+    for site in twins:
+        near = [parse_html(small.body_for(site, p), "http://x.test/").simhash
+                for p in ("/near/a", "/near/b")]
+        assert hamming(*near) <= 3, site.name
+        assert small.body_for(site, "/dup/a") == small.body_for(site, "/dup/b")
