@@ -30,7 +30,8 @@ run alternates between the builds. REV needs `bench_crawl.run_ours` (any revisio
 35f3d83), and with `--warmup` or `--pages` a run_ours that takes them (since 106c33e).
 Each build crawls its own synthetic web (crawler/testkit/synthetic_web.py of its
 checkout): a REV before c338ee2 serves pages of LOREM words alone, every 20 KB page a
-near-duplicate of the others, and so measures another web than this checkout's.
+near-duplicate of the others, and so measures another web than this checkout's (said
+on the console and in the section's notes).
 `--settings` applies settings over the defaults in this checkout's runs only: with
 `--against HEAD` (a clean tree), settings against the defaults on the same build,
 alternating, which `--variant` (run once, after the default run) does not do.
@@ -309,9 +310,11 @@ def run_checkout(checkout: Path, workdir: Path, **kw) -> dict:
 
 
 def against(rev: str, sizes: list[int], pairs: int, base: dict, warmup: float,
-            pages: tuple[int, int], settings: tuple[str, ...] = ()) -> None:
+            pages: tuple[int, int], settings: tuple[str, ...] = (),
+            other_web: str | None = None) -> None:
     """This checkout against revision `rev`, alternating, `pairs` runs each per size;
-    `settings` (KEY=VALUE) over the defaults in this checkout's runs only."""
+    `settings` (KEY=VALUE) over the defaults in this checkout's runs only; `other_web`:
+    why the two builds crawl different webs, if they do (each runs its own)."""
     # Passed only when asked for, so that a revision from before them still runs.
     more = {k: v for k, v in (("warmup", warmup), ("pages", pages))
             if v != {"warmup": 0.0, "pages": PAGES}[k]}
@@ -362,7 +365,9 @@ def against(rev: str, sizes: list[int], pairs: int, base: dict, warmup: float,
             subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force",
                             str(other)], capture_output=True)
     record("crawl_against", "The whole crawl, this build against an earlier one", rows,
-           notes="Both builds crawl the same synthetic web (seed) with the same settings "
+           notes=("Both builds crawl the same synthetic web (seed) with the same settings "
+                  if other_web is None else f"Not the same web: {other_web}. Both builds "
+                  "crawl with the same seed and settings ") +
                  "(but those of --settings, in this checkout's runs: the builds row), "
                  "one after the other, alternating, so that the machine's drift falls on "
                  "both. CPU: user + system seconds of both jobs' process trees and the "
@@ -435,13 +440,18 @@ def main() -> None:
             ap.error(f"--against: {args.against} has no bench_crawl.run_ours to run")
         if (args.warmup or pages != PAGES) and "warmup: float" not in source:
             ap.error(f"--against: {args.against}'s run_ours takes no --warmup or --pages")
-        if subprocess.run(["git", "-C", str(ROOT), "merge-base", "--is-ancestor",
-                           "c338ee2", args.against], capture_output=True).returncode:
-            print(f"note: {args.against} predates c338ee2: its runs crawl its own web of "
-                  "LOREM-only pages (all near-duplicates), not this checkout's", flush=True)
+        web = subprocess.run(["git", "-C", str(ROOT), "show",
+                              f"{args.against}:crawler/testkit/synthetic_web.py"],
+                             capture_output=True, text=True).stdout
+        other_web = None if "def _vocabulary(" in web else (
+            f"{args.against}'s runs crawl its own synthetic web, of LOREM-only pages (all "
+            "near-duplicates of one another), not this checkout's (pages on topics, c338ee2)")
+        if other_web:
+            print(f"note: {other_web}", flush=True)
         against(args.against, [int(x) for x in args.sites.split(",")], args.pairs,
                 {"seconds": args.seconds, "gap": args.gap, "page_bytes": args.page_bytes,
-                 "checkpoint_ms": args.checkpoint_ms}, args.warmup, pages, settings)
+                 "checkpoint_ms": args.checkpoint_ms}, args.warmup, pages, settings,
+                other_web)
         return
     variants = [tuple(v.split(",")) for v in args.variant]
     for v in variants:

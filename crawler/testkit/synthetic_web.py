@@ -362,8 +362,10 @@ class SyntheticWeb:
         body = self._bodies.get((site.name, path))
         if body is None:
             i = 0 if path == "/" else int(path.split("/")[2])
+            # (the home page has /p/0's links but a text of its own: not its near twin)
             body = _html("Home" if path == "/" else f"Page {i}",
-                         _text(f"{site.name}/{i}", self.page_words),
+                         _text(f"{site.name}/{'home' if path == '/' else i}",
+                               self.page_words),
                          _page_links(site, i, self.site_list, self.port))
             if len(self._bodies) < 200_000:
                 self._bodies[(site.name, path)] = body

@@ -61,8 +61,7 @@ def crawled(cfg, tmp_path_factory):
     admin.create_topics([NewTopic(t, 1, 1) for t in topics.values()])
     settings = [f"topics.{k}.name={n}" for k, n in topics.items()]
     settings += synthetic_overrides(web, tmp, 0.2) + [
-        "storage.backend=s3", f"warc.prefix=warc/test-{suffix}/",
-        f"warc.temp_dir={tmp / 'warc-temp'}", "warc.max_file_age_s=2",
+        "storage.backend=s3", f"warc.prefix=warc/test-{suffix}/", "warc.max_file_age_s=2",
         f"local.state_dir={tmp / 'state'}", "flink.restart_strategy=none"]
     run_cfg = load_config(env={}, overrides=settings)
     jobs = {name: JobProcess(name, [*settings, "parse.max_links=1",

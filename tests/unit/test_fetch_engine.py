@@ -197,14 +197,19 @@ def test_close_drops_work_in_progress():
 
 
 def test_close_before_the_loop_runs_stops_it_and_closes_it():
+    class LateEngine(FetchEngine):  # its thread reaches run_forever after close()
+        def _run(self) -> None:
+            time.sleep(0.2)
+            super()._run()
+
     async def work(item):
         return [item]
 
-    for _ in range(20):  # the race is between the constructor's thread and close()
-        engine = FetchEngine(work, capacity=1)
-        engine.close()  # often before the thread has reached run_forever
-        engine._thread.join(timeout=5)
-        assert not engine._thread.is_alive(), "the loop was left running"
-        assert engine.loop.is_closed()
-        assert engine.submit("late")  # dropped, as a closing task's lease is
-        engine.close()  # twice is harmless
+    engine = LateEngine(work, capacity=1)
+    assert not engine.loop.is_running()
+    engine.close()
+    engine._thread.join(timeout=5)
+    assert not engine._thread.is_alive(), "the loop was left running"
+    assert engine.loop.is_closed()
+    assert engine.submit("late") and engine.active() == 0  # dropped, as at a task's end
+    engine.close()  # twice is harmless

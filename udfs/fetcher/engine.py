@@ -119,7 +119,8 @@ class FetchEngine:
         try:
             self.loop.call_soon_threadsafe(self._start, item)
         except RuntimeError:  # the engine is closed: dropped, its lease expires, re-let
-            pass
+            with self._lock:
+                self._active -= 1
         return True
 
     def _start(self, item: Any) -> None:
@@ -169,5 +170,5 @@ class FetchEngine:
         if not self._thread.is_alive():
             # Closed here, not when the collector finds it (uvloop logs an open loop
             # then). A thread's late hand-over to a cancelled task is dropped by asyncio;
-            # Room.notify and submit treat a closed loop as gone.
+            # a submit after this is dropped (see submit).
             self.loop.close()

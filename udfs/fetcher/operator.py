@@ -343,12 +343,13 @@ class FetchFunction(AsyncFunction):
         return []  # the lease expires and is re-let; nothing is lost
 
     def close(self) -> None:
-        if self.session is not None:
+        if self.session is not None and not self.engine.loop.is_closed():
             try:
                 asyncio.run_coroutine_threadsafe(self.session.close(),
                                                  self.engine.loop).result(5)
             except Exception:  # the engine's loop may already be gone
                 pass
+            self.session = None
         self.engine.close()
         self.parser.close()
         if self.warc is not None:  # after the engine: no record is handed over any more
