@@ -41,6 +41,7 @@ Written to its own section of RESULTS.md.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import signal
@@ -54,6 +55,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 from bench._results import CpuMeter, EventMeter, ThreadMeter, broker_pid, record  # noqa: E402
 from crawler.run import JobProcess, publish_seeds, synthetic_overrides  # noqa: E402
+from crawler.testkit.oracle import Request, count_violations  # noqa: E402
 from crawler.testkit.synthetic_web import SyntheticWeb, build_sites  # noqa: E402
 from udfs.config import TOPIC_KEYS, load_config  # noqa: E402
 
@@ -143,7 +145,38 @@ def pages_and_violations(web: SyntheticWeb, gap: float, since: float, until: flo
     pages = sum(1 for r in log if r.status == 200 and not r.is_robots
                 and not r.path.startswith(("/sitemap",)))
     v = web.violations("FlinkCrawler", gap)
+    if sum(v.values()):
+        keep_violating_hosts(web, gap)
     return pages, sum(v.values()), v
+
+
+VIOLATIONS_DIR = ROOT / ".cache" / "bench-violations"
+
+
+def keep_violating_hosts(web: SyntheticWeb, gap: float, user_agent: str = "FlinkCrawler",
+                         folder: Path = VIOLATIONS_DIR) -> Path:
+    """The whole request log of every host the oracle found a violation at, one JSON
+    line a request (times as the web server saw them, its monotonic clock), with the
+    host's rules and kinds first: a violation is rare, and its run's web is gone when
+    the bench prints the count. Returns the file, named by the time of the run."""
+    rules = web.host_rules(gap)
+    by_host: dict[str, list[Request]] = {}
+    for r in list(web.log):
+        by_host.setdefault(r.host, []).append(r)
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{time.strftime('%Y%m%d-%H%M%S')}-{len(rules)}-sites.jsonl"
+    with open(path, "w", encoding="utf-8") as out:
+        for host, requests in by_host.items():
+            kinds = count_violations(requests, {host: rules[host]}, user_agent)
+            if not sum(kinds.values()):
+                continue
+            out.write(json.dumps({"host": host, "kinds": kinds,
+                                  "min_gap_s": rules[host].min_gap_s}) + "\n")
+            for r in sorted(requests, key=lambda r: r.start):
+                out.write(json.dumps(dataclasses.asdict(r)) + "\n")
+    print(f"politeness violations: the requests of the hosts concerned are in {path}",
+          file=sys.stderr, flush=True)
+    return path
 
 
 PAGES = (90, 115)  # pages per site, a random count in this range
@@ -309,6 +342,13 @@ def run_checkout(checkout: Path, workdir: Path, **kw) -> dict:
     return json.loads(lines[-1])
 
 
+def violations_cell(run: dict) -> str:
+    """A run's violation count, with its kinds when there are any ("1 (gap 1)")."""
+    kinds = {k: n for k, n in (run.get("kinds") or {}).items() if n}
+    return str(run["violations"]) + (
+        f" ({', '.join(f'{k} {n}' for k, n in kinds.items())})" if kinds else "")
+
+
 def against(rev: str, sizes: list[int], pairs: int, base: dict, warmup: float,
             pages: tuple[int, int], settings: tuple[str, ...] = (),
             other_web: str | None = None) -> None:
@@ -353,7 +393,7 @@ def against(rev: str, sizes: list[int], pairs: int, base: dict, warmup: float,
                         (f"{sites} sites, {label}: CPU ms per page (by part)", "; ".join(
                             cpu_by_part(r["parts"], r["pages"]) for r in rs)),
                         (f"{sites} sites, {label}: politeness violations",
-                         ", ".join(str(r["violations"]) for r in rs)),
+                         ", ".join(violations_cell(r) for r in rs)),
                     ]
                 cpu = {name: sum(sum(r["parts"].values()) for r in rs) /
                        max(sum(r["pages"] for r in rs), 1) for name, rs in runs.items()}

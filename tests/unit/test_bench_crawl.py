@@ -1,0 +1,37 @@
+"""The crawl bench's record of a politeness violation: the hosts' whole request logs."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from bench.bench_crawl import keep_violating_hosts, violations_cell
+from crawler.testkit.oracle import Request
+from crawler.testkit.synthetic_web import SyntheticWeb, build_sites
+
+pytestmark = pytest.mark.unit
+
+
+def test_the_violating_hosts_requests_are_kept_and_only_theirs(tmp_path) -> None:
+    web = SyntheticWeb(build_sites(2, seed=3))  # not started: its log is filled here
+    bad, good = (web.host_key(s) for s in web.site_list)
+    robots = [Request(h, True, "/robots.txt", 0.0, 0.01, 404) for h in (bad, good)]
+    web.log.extend(robots + [
+        Request(good, False, "/", 5.0, 5.01, 200), Request(good, False, "/a", 6.0, 6.01, 200),
+        Request(bad, False, "/", 5.0, 5.01, 200),
+        Request(bad, False, "/a", 5.1, 5.11, 200)])  # 0.1 s after the one before it
+    path = keep_violating_hosts(web, 0.2, folder=tmp_path / "kept")
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    assert lines[0]["host"] == bad and lines[0]["kinds"]["gap"] == 1
+    assert lines[0]["min_gap_s"] >= 0.2
+    assert [r["path"] for r in lines[1:]] == ["/robots.txt", "/", "/a"]
+    assert all(r.get("host", bad) == bad for r in lines)
+
+
+def test_a_runs_violations_cell_names_their_kinds() -> None:
+    assert violations_cell({"violations": 0, "kinds": {"gap": 0}}) == "0"
+    assert violations_cell({"violations": 3, "kinds": {"gap": 1, "retry_after": 2,
+                                                       "disallowed": 0}}) == \
+        "3 (gap 1, retry_after 2)"
+    assert violations_cell({"violations": 1}) == "1"  # a build whose run said no kinds
