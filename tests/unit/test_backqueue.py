@@ -47,6 +47,33 @@ def test_the_gap_counts_from_the_real_end_of_the_previous_request():
     assert q2.wait(d, 0.3) == pytest.approx(3.0)
 
 
+def test_the_slots_history_is_on_the_local_clock_and_a_wall_clock_step_moves_no_gap():
+    """not_before against the crawl clock (`now`), the gap after the last request against
+    the local one: the wall clock an hour ahead or behind of where it was at the
+    request's end leaves the gap as it was, and not_before still counts on its own clock."""
+    wall, mono = 1_000_000.0, 50.0  # two clocks, far apart
+    for step in (3600.0, -3600.0):
+        q = BackQueues(0.0, hold_s=3.0, fetch_s=60.0)
+        a = lease("a", nb=wall, expires=wall + 7200)
+        # (its not_before passed on the crawl clock either way)
+        b = lease("b", nb=wall + min(step, 0.0), prev="a", expires=wall + 7200)
+        assert q.admit(a, wall, mono) is None and q.admit(b, wall, mono) is None
+        assert q.wait(a, wall, mono) == 0.0
+        q.begin(a, mono)
+        q.end(a, mono + 0.05, duration_s=0.05)
+        # 0.4 s later on the local clock, the wall clock has jumped by `step`.
+        assert q.wait(b, wall + 0.45 + step, mono + 0.45) == pytest.approx(0.6)
+        assert q.start_at(b, wall + 0.45 + step, mono + 0.45) == \
+            pytest.approx(wall + 1.05 + step)
+        assert q.wait(b, wall + 1.05 + step, mono + 1.05) == 0.0
+    q = BackQueues(0.0, hold_s=3.0, fetch_s=60.0)
+    c = lease("c", nb=wall + 2.0, expires=wall + 7200)
+    assert q.admit(c, wall, mono) is None
+    assert q.wait(c, wall, mono) == pytest.approx(2.0)  # not_before: the crawl clock's
+    q.end(c, mono, duration_s=0.0, retry_until=mono + 30.0, throttled=False)
+    assert q.wait(c, wall, mono + 1.0) is Skip.TOO_EARLY  # a Retry-After on the local clock
+
+
 def test_replayed_duplicate_and_orphaned_leases_are_not_sent():
     q = queues(started_at=100.0)
     assert q.admit(lease("old", issued=99.0), 100.5) is Skip.REPLAYED

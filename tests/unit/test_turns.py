@@ -57,9 +57,9 @@ def test_a_hosts_held_leases_wait_in_line_and_a_request_end_wakes_only_the_first
         looked: list[str] = []
         wait = t.queues.wait
 
-        def counted(lease: LeaseTiming, now: float):
+        def counted(lease: LeaseTiming, now: float, local: float | None = None):
             looked.append(lease.lease_id)
-            return wait(lease, now)
+            return wait(lease, now, local)
 
         t.queues.wait = counted  # type: ignore[method-assign]
         leases = [LeaseTiming(f"L{i}", HOST, issued_at=1.0, not_before=0.0, expires_at=4e9,
@@ -70,7 +70,7 @@ def test_a_hosts_held_leases_wait_in_line_and_a_request_end_wakes_only_the_first
         async def one(lease: LeaseTiming) -> None:
             assert t.queues.admit(lease, time.time()) is None
             assert await t.wait_host(lease) is None
-            starts.append((lease.lease_id, time.time()))
+            starts.append((lease.lease_id, time.monotonic()))
 
         tasks = []
         for lease in leases:
@@ -95,3 +95,29 @@ def test_a_hosts_held_leases_wait_in_line_and_a_request_end_wakes_only_the_first
     assert order == [f"L{i}" for i in range(6)]
     assert min(gaps) >= gap, gaps
     assert woken == 1, woken
+
+
+def test_a_step_of_the_wall_clock_shortens_no_gap(monkeypatch):
+    """The gap after a request's end is kept on the monotonic clock: the wall clock
+    jumping ahead (NTP, a resumed VM) between a request's end and the next start does
+    not let the next request out early (it did while the slot kept wall-clock times)."""
+    gap = 0.3
+    step = [0.0]  # how far the wall clock has jumped
+    wall = time.time
+    monkeypatch.setattr(time, "time", lambda: wall() + step[0])
+
+    async def scenario() -> float:
+        t = turns()
+        first, second = (LeaseTiming(i, HOST, issued_at=1.0, not_before=0.0, expires_at=4e9,
+                                     prev_lease_id=p, pace=Pace(gap_s=gap, duration_factor=0.0))
+                         for i, p in (("a", None), ("b", "a")))
+        for lease in (first, second):
+            assert t.queues.admit(lease, time.time()) is None
+        assert await t.wait_host(first) is None
+        await t.release(first, t.started(first), None)
+        ended = time.monotonic()
+        step[0] = 3600.0  # an hour ahead, at once
+        assert await t.wait_host(second) is None
+        return time.monotonic() - ended
+
+    assert asyncio.run(scenario()) >= gap - 0.001

@@ -27,6 +27,14 @@ lease that is not sent is reported back as NOT_SENT (the fetcher knows it was no
 sent: no other incarnation can have seen a lease issued after this one started), so the
 frontier takes it back at once without spending an attempt.
 
+Two clocks. A lease's times (`issued_at`, `not_before`, `expires_at`) are on the crawl
+clock, which the frontier keeps and the fetcher reads as its wall clock (`now`). The
+slot's own history (when its requests started and ended, the gap after them, a
+Retry-After window) is kept on this process's monotonic clock (`local`), so that a step
+of the wall clock (NTP, a resumed VM) neither shortens a gap nor stretches it: rule 1
+holds on a clock that never jumps. Every call takes both, read at the same moment;
+`local` None means one clock for both (a virtual clock, as the simulation has).
+
 Why no failure can break politeness follows from these rules; see the README section
 "Pace and politeness".
 """
@@ -73,11 +81,12 @@ class LeaseTiming:
 class Slot:
     """One host as this fetcher incarnation has seen it."""
 
+    # On the local clock (BackQueues' `local`), all of them.
     in_flight: int = 0
-    free_at: float = 0.0  # earliest next start: end of the last request + its gap
+    free_at: float = float("-inf")  # earliest next start: end of the last request + its gap
     last_end: float | None = None  # the last request's end and duration: the gap after
     last_duration: float = 0.0  # it is counted again with each lease's (newer) pace
-    blocked_until: float = 0.0  # a Retry-After window
+    blocked_until: float = float("-inf")  # a Retry-After window
     # After a 429/503, leases granted before the frontier had seen it (a lower
     # throttle_seq) are not sent: it is backing off and will grant afresh.
     halt_seq: int = 0
@@ -111,12 +120,13 @@ class BackQueues:
             s = self.slots[host_key] = Slot()
         return s
 
-    def admit(self, lease: LeaseTiming, now: float) -> Skip | None:
+    def admit(self, lease: LeaseTiming, now: float, local: float | None = None
+              ) -> Skip | None:
         """First sight of a lease: None if it may be sent (when `wait` says), else why not."""
         if lease.issued_at < self.started_at:
             return Skip.REPLAYED
         s = self.slot(lease.host_key)
-        s.last_used = now
+        s.last_used = now if local is None else local
         if lease.lease_id in s.admitted:
             return Skip.DUPLICATE
         known = lease.prev_lease_id is None or s.admitted.get(lease.prev_lease_id, False)
@@ -125,33 +135,45 @@ class BackQueues:
             s.admitted.popitem(last=False)
         return None if known else Skip.UNKNOWN_PREDECESSOR
 
-    def wait(self, lease: LeaseTiming, now: float) -> float | Skip | None:
+    def wait(self, lease: LeaseTiming, now: float, local: float | None = None
+             ) -> float | Skip | None:
         """Seconds until the lease may be sent (0: now); None: a request to the host is in
         flight at the limit (ask again when it ends); a Skip: it will not be sent."""
         s = self.slot(lease.host_key)
-        s.last_used = now
+        s.last_used = now if local is None else local
         if 0 <= lease.throttle_seq < s.halt_seq:
             return Skip.HALTED
-        start = self.start_at(lease, now)
-        if start + self.fetch_s > lease.expires_at:
+        delay = self.delay(lease, now, local)
+        if now + delay + self.fetch_s > lease.expires_at:
             return Skip.TOO_LATE
-        if start - now > self.hold_s:
+        if delay > self.hold_s:
             return Skip.TOO_EARLY
-        if start > now:
-            return start - now
+        if delay > 0.0:
+            return delay
         if s.in_flight >= lease.pace.max_in_flight:
             return None
         return 0.0
 
-    def start_at(self, lease: LeaseTiming, now: float) -> float:
-        """The earliest time the lease could start, as far as this incarnation knows."""
+    def delay(self, lease: LeaseTiming, now: float, local: float | None = None) -> float:
+        """Seconds from now until the lease could start, as far as this incarnation knows:
+        its not_before on the crawl clock, the slot's history on the local one (each
+        measured against its own clock, so a step of one does not move the other)."""
         s = self.slot(lease.host_key)
+        loc = now if local is None else local
         after_last = float("-inf") if s.last_end is None else \
             s.last_end + lease.pace.gap_after(s.last_duration)
-        return max(now, lease.not_before, s.free_at, after_last, s.blocked_until)
+        return max(0.0, lease.not_before - now,
+                   max(s.free_at, after_last, s.blocked_until) - loc)
+
+    def start_at(self, lease: LeaseTiming, now: float, local: float | None = None) -> float:
+        """The earliest time (crawl clock) the lease could start, as far as this
+        incarnation knows."""
+        return now + self.delay(lease, now, local)
 
     def begin(self, lease: LeaseTiming, now: float) -> None:
         """The request starts now (call only when `wait` returned 0, with no await between).
+        `now` here and in `end`, `cancel` and `forget_idle`: the local clock (the crawl
+        clock where there is one clock).
 
         The gap counts from this start too (until the request ends and counts it from its
         end): with several requests allowed in flight, the next may start one gap later."""
@@ -161,9 +183,9 @@ class BackQueues:
 
     def end(self, lease: LeaseTiming, now: float, duration_s: float, *,
             retry_until: float | None = None, throttled: bool = False) -> None:
-        """The request ended now after `duration_s`; `retry_until`: a Retry-After's end;
-        `throttled`: a 429/503 (leases the frontier granted before it sees this one are not
-        sent)."""
+        """The request ended now after `duration_s`; `retry_until`: a Retry-After's end
+        (on the same clock as `now`); `throttled`: a 429/503 (leases the frontier granted
+        before it sees this one are not sent)."""
         s = self.slot(lease.host_key)
         s.in_flight = max(0, s.in_flight - 1)
         s.free_at = max(s.free_at, now + lease.pace.gap_after(duration_s))

@@ -228,8 +228,8 @@ class FetchFunction(AsyncFunction):
     def _skipped(self, lease: LeaseRecord, timing: LeaseTiming, reason: Skip) -> list[Row]:
         if reason not in REPORTED:
             return []  # replayed (it expires and is re-let) or a duplicate record
-        now = time.time()
-        record = not_sent(lease, reason, now, self.turns.queues.start_at(timing, now))
+        now, local = self.turns.clock()
+        record = not_sent(lease, reason, now, self.turns.queues.start_at(timing, now, local))
         self.metrics.count(record)
         return [Row("C", lease["host_key"].encode(), COMPLETIONS.encode(self.reg, record))]
 
@@ -265,11 +265,10 @@ class FetchFunction(AsyncFunction):
         except AvroDecodeError as exc:
             return [self._dead(raw, str(exc), type(exc).__name__)]
         timing = lease_timing(lease)
-        now = time.time()
         self.calls += 1
         if self.calls % 1000 == 0:
-            self.turns.forget_idle(now, IDLE_SLOT_S)
-        skip = self.turns.queues.admit(timing, now)
+            self.turns.forget_idle(IDLE_SLOT_S)
+        skip = self.turns.queues.admit(timing, *self.turns.clock())
         if skip is None:
             skip = await self.turns.wait_host(timing)
         if skip is not None:
@@ -279,13 +278,13 @@ class FetchFunction(AsyncFunction):
             try:
                 address, skip = await self.turns.wait_address(lease, timing)
             except BaseException:  # cancelled (the lease's guard): nothing was sent
-                await asyncio.shield(self.turns.release(timing, time.time(), None, sent=False))
+                await asyncio.shield(self.turns.release(timing, 0.0, None, sent=False))
                 raise
             if skip is not None:  # not sent: the host's slot is free again at once
-                await self.turns.release(timing, time.time(), None, sent=False)
+                await self.turns.release(timing, 0.0, None, sent=False)
                 return self._skipped(lease, timing, skip)
-        started = time.time()
-        self.turns.started(timing, started)
+        started = time.time()  # the crawl clock, as the lease's expiry
+        begun = self.turns.started(timing)  # the local clock, as the host's slot
         completion: Completion | None = None
         released = False
 
@@ -295,7 +294,7 @@ class FetchFunction(AsyncFunction):
             nonlocal released
             released = True
             linger = 0.0 if resp is None else resp.linger_s
-            await self.turns.release(timing, started, None if resp is None
+            await self.turns.release(timing, begun, None if resp is None
                                      else Answer.of(resp), linger_s=linger)
             if address is not None:
                 await self.turns.release_address(address, linger)

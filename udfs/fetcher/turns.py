@@ -6,6 +6,11 @@ asyncio.Condition per host and per address, woken early when a request there end
 host's held leases queue in line (the order they came) in front of its condition, so a
 request's end wakes the first of them, not every lease held for the host. The
 politeness self-check (udfs/core/selfcheck.py) hears every start and end.
+
+Clocks: a lease's times are on the crawl clock (this machine's wall clock, as the
+frontier's); what this process itself saw (its requests' starts and ends, the gaps
+after them, an address's turns, the self-check) is kept on its monotonic clock, which
+a step of the wall clock (NTP, a resumed VM) does not move.
 """
 
 from __future__ import annotations
@@ -39,8 +44,15 @@ class Answer(NamedTuple):
                    int(resp.duration_s * 1000) / 1000)
 
 
+def clocks() -> tuple[float, float]:
+    """(the crawl clock, the local monotonic clock), in seconds, read together."""
+    return time.time(), time.monotonic()
+
+
 class Turns:
     """The fetcher task's waiting room: hosts' slots and servers' addresses."""
+
+    clock = staticmethod(clocks)  # (the crawl clock, the local clock)
 
     def __init__(self, queues: BackQueues, ip_gate: IpGate, cache: DnsCache) -> None:
         self.queues = queues
@@ -53,8 +65,9 @@ class Turns:
         self.addresses: dict[str, asyncio.Condition] = {}
         self.resolver: Any = None  # a GuardedResolver over `cache`, made on first use
 
-    def forget_idle(self, now: float, idle_s: float) -> None:
+    def forget_idle(self, idle_s: float) -> None:
         """Drop the slots, lines and conditions of hosts and addresses quiet for `idle_s`."""
+        now = self.clock()[1]
         self.queues.forget_idle(now, idle_s)
         self.hosts = {k: v for k, v in self.hosts.items() if k in self.queues.slots}
         self.ip_gate.forget_idle(now, max(idle_s, self.ip_gate.policy.min_gap_s))
@@ -82,18 +95,18 @@ class Turns:
         frontier's grant order), and only the first of it waits for the slot. The line
         only saves wake-ups: the slot's rules are checked, under the host's condition,
         by every lease before it starts, wherever it stood in line."""
-        verdict = self.queues.wait(timing, time.time())
+        verdict = self.queues.wait(timing, *self.clock())
         if isinstance(verdict, Skip):
             return verdict
         line, turn = self._host(timing.host_key)
         async with line, turn:
             while True:
-                now = time.time()
-                verdict = self.queues.wait(timing, now)
+                now, local = self.clock()
+                verdict = self.queues.wait(timing, now, local)
                 if isinstance(verdict, Skip):
                     return verdict
                 if verdict == 0.0:
-                    self.queues.begin(timing, now)
+                    self.queues.begin(timing, local)
                     return None
                 try:  # woken early when a request of the host ends
                     async with asyncio.timeout(verdict):  # (no task per wait, as wait_for makes)
@@ -118,27 +131,33 @@ class Turns:
         address = answers[0]["host"]
         # Held no longer than a lease is held for its host (fetch.hold_s), and never
         # so long that the fetch could outlive the lease.
-        deadline = min(time.time() + self.queues.hold_s,
-                       timing.expires_at - self.queues.fetch_s)
+        now, local = self.clock()
+        # On the local clock, as the gate's own times are.
+        deadline = local + min(self.queues.hold_s,
+                               timing.expires_at - self.queues.fetch_s - now)
         turn = self._address(address)
         async with turn:
             while True:
-                now = time.time()
-                wait = self.ip_gate.wait(address, now)
+                local = self.clock()[1]
+                wait = self.ip_gate.wait(address, local)
                 if wait == 0.0:
-                    self.ip_gate.begin(address, now)
+                    self.ip_gate.begin(address, local)
                     return address, None
-                if now + (wait or 0.0) > deadline:
+                if local + (wait or 0.0) > deadline:
                     return None, Skip.TOO_LATE
                 try:  # woken early when a request to the address ends
-                    async with asyncio.timeout(deadline - now if wait is None else wait):
+                    async with asyncio.timeout(deadline - local if wait is None else wait):
                         await turn.wait()
                 except TimeoutError:
                     pass
 
-    def started(self, timing: LeaseTiming, at: float) -> None:
-        """The request goes out now (the self-check counts it)."""
-        self.selfcheck.start(timing.host_key, at, timing.pace.gap_s, timing.pace.max_in_flight)
+    def started(self, timing: LeaseTiming) -> float:
+        """The request goes out now (the self-check counts it): now on the local clock,
+        what `release` takes as `started`."""
+        local = self.clock()[1]
+        self.selfcheck.start(timing.host_key, local, timing.pace.gap_s,
+                             timing.pace.max_in_flight)
+        return local
 
     async def release(self, timing: LeaseTiming, started: float, answer: Answer | None,
                       sent: bool = True, linger_s: float = 0.0) -> None:
@@ -150,15 +169,20 @@ class Turns:
         one the completion reports and the frontier plans from. `answer` None: the
         fetch raised, and all we know is the time it took. `sent=False`: the host's
         turn was taken but no request went out (the address's turn came too late): the
-        slot is free again, with no gap to add."""
-        now = time.time() + linger_s
+        slot is free again, with no gap to add. `started`: what `started` returned (the
+        local clock)."""
+        wall, local = self.clock()
+        now = local + linger_s
         if not sent:
             self.queues.cancel(timing, now)
         else:
             if answer is None:
                 answer = Answer("OTHER_ERROR", None, now - started)
             throttled = answer.outcome == "THROTTLED"
-            retry_until = parse_retry_after(answer.retry_after, now) if throttled else None
+            # A Retry-After (seconds, or an HTTP date on the crawl clock) as a local time.
+            retry_at = parse_retry_after(answer.retry_after, wall + linger_s) \
+                if throttled else None
+            retry_until = None if retry_at is None else now + (retry_at - wall - linger_s)
             self.queues.end(timing, now, answer.duration_s, throttled=throttled,
                             retry_until=retry_until)
             self.selfcheck.end(timing.host_key, now, retry_until)
@@ -169,7 +193,7 @@ class Turns:
     async def release_address(self, address: str, linger_s: float = 0.0) -> None:
         """The request to `address` is over: its next one may follow after its gap, from
         now plus `linger_s` (see release)."""
-        self.ip_gate.end(address, time.time() + linger_s)
+        self.ip_gate.end(address, self.clock()[1] + linger_s)
         turn = self._address(address)
         async with turn:
             turn.notify_all()
