@@ -59,6 +59,13 @@ def test_simhash_is_bit_identical_on_arbitrary_text(text):
     assert simhash64(text) == reference(text)
 
 
+@settings(max_examples=150, deadline=None)
+@given(st.text(alphabet=st.characters(max_codepoint=127), max_size=400))
+def test_simhash_is_bit_identical_on_ascii_text(text):
+    """ASCII text takes its own path to the token string (bytes.translate)."""
+    assert simhash64(text) == reference(text)
+
+
 def test_feature_hash_is_the_packages_hashfunc_form():
     assert feature_hash_bytes(b"abcd") == feature_hash64("abcd").to_bytes(8, "big")
     assert feature_hash64("abcd") != feature_hash64("abce")

