@@ -20,6 +20,7 @@ import sys
 import time
 import urllib.robotparser
 import zlib
+from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 from urllib.parse import urljoin
@@ -211,10 +212,22 @@ def _ascii_codes_by_mask(text: str):
     return raw[_ASCII_WORD[raw]].astype(np.uint64)
 
 
+def _best_us(calls: dict[str, Callable[[], object]]) -> dict[str, float]:
+    """Microseconds a call of each, the best of two rounds that alternate between them,
+    so that a slower minute hits both."""
+    us: dict[str, float] = {}
+    for _round in range(2):
+        for name, fn in calls.items():
+            count, secs = timed(fn, min_seconds=1, max_rounds=20000)
+            us[name] = min(us.get(name, 1e9), secs / count * 1e6)
+    return us
+
+
 def bench_majority() -> list[tuple[str, str]]:
     """SimHash's bit majority (udfs/core/fingerprints.py `_majority`, eight bits a word)
     beside the byte histograms it replaced, on the 4-gram hashes of a synthetic-web page
-    and of a 200 KB CMS-like page's text."""
+    and of a 200 KB CMS-like page's text; and an ASCII text's token string beside the
+    NumPy mask it replaced."""
     web = SyntheticWeb(build_sites(5, pages=(300, 360)), page_bytes=20_000)
     texts = {"synthetic web's 20 KB page": web.body_for(web.site_list[0], "/p/3"),
              "200 KB CMS-like page": html_page(200_000)}
@@ -223,12 +236,8 @@ def bench_majority() -> list[tuple[str, str]]:
         text = etree.HTML(body).xpath("string()")
         hashes = _hashes_of_4grams(_token_codes(text))
         assert _majority(hashes, len(hashes)) == _majority_by_histograms(hashes, len(hashes))
-        us = {}
-        for _round in range(2):  # alternating, so a slower minute hits both
-            for name, fn in (("lanes", _majority), ("histograms", _majority_by_histograms)):
-                calls, secs = timed(lambda fn=fn, h=hashes: fn(h, len(h)), min_seconds=1,
-                                    max_rounds=20000)
-                us[name] = min(us.get(name, 1e9), secs / calls * 1e6)
+        us = _best_us({"lanes": lambda h=hashes: _majority(h, len(h)),
+                       "histograms": lambda h=hashes: _majority_by_histograms(h, len(h))})
         rows.append((f"SimHash bit majority, {label} ({len(hashes):,} 4-grams): eight bits "
                      "a word against byte histograms",
                      f"{us['lanes']:.0f} vs {us['histograms']:.0f} us "
@@ -236,11 +245,8 @@ def bench_majority() -> list[tuple[str, str]]:
         if not text.lower().isascii():
             continue  # the token string of other text goes by the code-point table
         assert (_token_codes(text) == _ascii_codes_by_mask(text)).all()
-        for _round in range(2):
-            for name, fn in (("translate", _token_codes), ("mask", _ascii_codes_by_mask)):
-                calls, secs = timed(lambda fn=fn, t=text: fn(t), min_seconds=1,
-                                    max_rounds=20000)
-                us[name] = min(us.get(name, 1e9), secs / calls * 1e6)
+        us = _best_us({"translate": lambda t=text: _token_codes(t),
+                       "mask": lambda t=text: _ascii_codes_by_mask(t)})
         rows.append((f"SimHash token string, {label} ({len(text):,} ASCII characters): "
                      "bytes.translate against a NumPy mask",
                      f"{us['translate']:.0f} vs {us['mask']:.0f} us "
