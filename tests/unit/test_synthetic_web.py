@@ -153,3 +153,32 @@ def test_pages_are_distinct_documents_and_the_near_twins_are_near():
                 for p in ("/near/a", "/near/b")]
         assert hamming(*near) <= 3, site.name
         assert small.body_for(site, "/dup/a") == small.body_for(site, "/dup/b")
+
+
+def test_a_page_store_serves_the_bytes_the_web_would_make(tmp_path):
+    """The bench's stored pages (PageStore) must be the pages themselves, links to other
+    sites on the serving port included: a wrong offset, a missed page or a port left as
+    stored fails here."""
+    from crawler.testkit.synthetic_web import PageStore
+
+    sites = build_sites(5, seed=3, pages=(3, 7))
+    store = PageStore.open_or_build(tmp_path, sites, page_bytes=3000, workers=2)
+    plain = SyntheticWeb(sites, port=18_600, page_bytes=3000)
+    served = SyntheticWeb(sites, port=18_600, page_bytes=3000, store=store)
+    paths = [(s, p) for s in sites for p in ["/", *(f"/p/{i}" for i in range(s.pages))]]
+    assert len(store) == len(paths)
+    for site, path in paths:
+        want = plain.body_for(site, path)
+        assert store.get(site.name, path, 18_600) == want, (site.name, path)
+        assert served.body_for(site, path) == want
+    assert b".test:18600/p/" in b"".join(store.get(s.name, "/", 18_600) for s in sites)
+    assert store.get(sites[0].name, f"/p/{sites[0].pages}", 18_600) is None  # no such page
+    # Made once: a second open reads the same files; another page size is another store.
+    files = {p.name: p.stat().st_mtime_ns for p in tmp_path.iterdir()}
+    again = PageStore.open_or_build(tmp_path, sites, page_bytes=3000, workers=2)
+    assert {p.name: p.stat().st_mtime_ns for p in tmp_path.iterdir()} == files
+    assert again.get(sites[1].name, "/p/1", 18_600) == plain.body_for(sites[1], "/p/1")
+    PageStore.open_or_build(tmp_path, sites, page_bytes=4000, workers=2).close()
+    assert len(list(tmp_path.glob("*.idx"))) == 2
+    for s in (store, again):
+        s.close()
