@@ -14,7 +14,10 @@ Python workers and the Kafka broker; for Scrapy its process) per page, and the
 politeness oracle's violations over each crawler's own request log. The synthetic web
 serves from the benchmark's own process for both and is not counted; its serving
 thread's CPU per page is shown apart, with what the machine's cores leave a crawler per
-page at twice Scrapy's rate once the web server has had its share. Scrapy runs from
+page at twice Scrapy's rate once the web server has had its share. Its pages are made
+once per web into files under .cache/synthetic-web (PageStore; 1.2 GB and about 10 s
+of two cores for 200 sites, ten times that for 2,000) and read back per request, so
+that making them takes no CPU from the crawler under test. Scrapy runs from
 its own virtualenv under .cache (installed from PyPI on first use), resolving the .test
 names to 127.0.0.1. `--variant` runs this crawler once more per variant, with those
 settings over the defaults, reported beside the default run. Needs the local stack
@@ -587,8 +590,10 @@ def main() -> None:
                  "exactly-once (committed at each checkpoint); Scrapy schedules in memory, in one "
                  "process, and keeps nothing across a crash. CPU: user + system seconds of "
                  "every process of each crawler over the measured window, divided by its "
-                 "pages; the web server (this process) is not counted for either. Its own CPU per "
-                 "page is shown apart, and so is what the machine's cores leave a crawler per "
+                 "pages; the web server (this process) is not counted for either. It serves "
+                 "pages made beforehand into files (PageStore), so that making them takes none "
+                 "of the cores the crawler under test runs on. Its own CPU per page is shown "
+                 "apart, and so is what the machine's cores leave a crawler per "
                  "page at twice Scrapy's rate once the web server has had its share: a "
                  "crawler that spends more cannot reach that rate on this machine. By "
                  "process: each job's JVM (the frontier's Python runs inside it, thread "
