@@ -33,8 +33,9 @@ run alternates between the builds. REV needs `bench_crawl.run_ours` (any revisio
 35f3d83), and with `--warmup` or `--pages` a run_ours that takes them (since 106c33e).
 Each build crawls its own synthetic web (crawler/testkit/synthetic_web.py of its
 checkout): a REV before c338ee2 serves pages of LOREM words alone, every 20 KB page a
-near-duplicate of the others, and so measures another web than this checkout's (said
-on the console and in the section's notes).
+near-duplicate of the others, and so measures another web than this checkout's; a REV
+before 926f478 makes each page as it serves it, without a PageStore, on the cores both
+crawl on (either is said on the console and in the section's notes).
 `--settings` applies settings over the defaults in this checkout's runs only: with
 `--against HEAD` (a clean tree), settings against the defaults on the same build,
 alternating, which `--variant` (run once, after the default run) does not do.
@@ -366,6 +367,20 @@ def run_checkout(checkout: Path, workdir: Path, **kw) -> dict:
     return json.loads(lines[-1])
 
 
+def web_difference(rev: str, bench_source: str, web_source: str) -> str | None:
+    """How the synthetic web `rev`'s runs crawl differs from this checkout's, given its
+    bench_crawl.py and synthetic_web.py; None when it does not."""
+    if "def _vocabulary(" not in web_source:
+        return (f"{rev}'s runs crawl its own synthetic web, of LOREM-only pages (all "
+                "near-duplicates of one another), not this checkout's (pages on topics, "
+                "c338ee2)")
+    if "PageStore" not in bench_source:
+        return (f"{rev}'s runs make each page as they serve it (no PageStore, 926f478): "
+                "its web server takes more of the machine's CPU and answers a burst of "
+                "requests later, which the 10x rule turns into longer gaps")
+    return None
+
+
 def violations_cell(run: dict) -> str:
     """A run's violation count, with its kinds when there are any ("1 (gap 1)")."""
     kinds = {k: n for k, n in (run.get("kinds") or {}).items() if n}
@@ -507,9 +522,7 @@ def main() -> None:
         web = subprocess.run(["git", "-C", str(ROOT), "show",
                               f"{args.against}:crawler/testkit/synthetic_web.py"],
                              capture_output=True, text=True).stdout
-        other_web = None if "def _vocabulary(" in web else (
-            f"{args.against}'s runs crawl its own synthetic web, of LOREM-only pages (all "
-            "near-duplicates of one another), not this checkout's (pages on topics, c338ee2)")
+        other_web = web_difference(args.against, source, web)
         if other_web:
             print(f"note: {other_web}", flush=True)
         against(args.against, [int(x) for x in args.sites.split(",")], args.pairs,

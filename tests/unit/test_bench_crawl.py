@@ -35,3 +35,20 @@ def test_a_runs_violations_cell_names_their_kinds() -> None:
                                                        "disallowed": 0}}) == \
         "3 (gap 1, retry_after 2)"
     assert violations_cell({"violations": 1}) == "1"  # a build whose run said no kinds
+
+
+
+def test_a_build_without_the_page_store_is_said_to_crawl_another_web() -> None:
+    """--against an older build: its web is named when it differs from this checkout's
+    (its pages' words, or pages made as they are served), and only then. The older
+    sources are this checkout's with the mark of each change taken out (a clone for CI
+    may not hold the history)."""
+    from bench.bench_crawl import ROOT, web_difference
+
+    bench = (ROOT / "bench" / "bench_crawl.py").read_text()
+    web = (ROOT / "crawler" / "testkit" / "synthetic_web.py").read_text()
+    assert web_difference("HEAD", bench, web) is None
+    no_store = bench.replace("PageStore", "")
+    assert "no PageStore" in (web_difference("e88fe67", no_store, web) or "")
+    lorem = web.replace("def _vocabulary(", "def _words(")
+    assert "LOREM-only" in (web_difference("bad46ab", no_store, lorem) or "")
