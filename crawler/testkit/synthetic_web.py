@@ -528,7 +528,10 @@ class PageStore:
             tmp = index_path.with_suffix(".tmp")
             tmp.write_bytes(pickle.dumps(index, protocol=pickle.HIGHEST_PROTOCOL))
             os.replace(tmp, index_path)
-        return cls(parts, pickle.loads(index_path.read_bytes()))
+        index = pickle.loads(index_path.read_bytes())
+        # The parts the store was made with, whatever `workers` is now.
+        made = 1 + max((part for part, _, _ in index.values()), default=0)
+        return cls([folder / f"{stem}-{n}.bin" for n in range(made)], index)
 
 
 def _make_pages(sites: list[Site], mine: list[Site], page_bytes: int | None, path: Path
