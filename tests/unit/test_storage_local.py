@@ -19,6 +19,23 @@ def test_put_get_and_reuse(tmp_path):
     assert [p.name for p in (tmp_path / "raw" / sha[:2]).iterdir()] == [f"{sha}.gz"]
 
 
+
+def test_a_body_is_stored_again_after_its_folder_went_away(tmp_path):
+    # The store makes a raw/ folder once and remembers it: a folder removed since (an
+    # operator's clean-up) is made again, and no temporary file is left behind.
+    import shutil
+
+    store = LocalStore(tmp_path)
+    first, second = b"<p>one</p>" * 50, b"<p>two</p>" * 50
+    sha, key, _ = store.put_body(first)
+    shutil.rmtree(tmp_path / "raw")
+    other = hashlib.sha256(second).hexdigest()
+    (tmp_path / "raw").mkdir()
+    again = store.put_body(first)
+    assert again == (sha, key, True) and store.get_body(key) == first
+    assert store.put_body(second)[2] and store.get_body(object_key(other)) == second
+    assert not [p for p in (tmp_path / "raw").rglob(".tmp-*")]
+
 def test_open_store_follows_configuration(tmp_path):
     cfg = load_config(env={}, overrides=[f"storage.local_dir={tmp_path}"])
     assert isinstance(open_store(cfg), LocalStore)
