@@ -6,7 +6,12 @@ import json
 
 import pytest
 
-from bench.bench_crawl import keep_violating_hosts, violations_cell
+from bench.bench_crawl import (
+    crawled_out,
+    keep_violating_hosts,
+    pages_and_violations,
+    violations_cell,
+)
 from crawler.testkit.oracle import Request
 from crawler.testkit.synthetic_web import SyntheticWeb, build_sites
 
@@ -28,6 +33,24 @@ def test_the_violating_hosts_requests_are_kept_and_only_theirs(tmp_path) -> None
     assert [r["path"] for r in lines[1:]] == ["/robots.txt", "/", "/a"]
     assert all(r.get("host", bad) == bad for r in lines)
 
+
+
+def test_a_run_whose_web_ran_out_of_pages_is_refused() -> None:
+    # A site whose every page was fetched by the window's end counts as crawled out; past
+    # DRY_SHARE of the sites, the run measured the web's size, not the crawler's pace.
+    web = SyntheticWeb(build_sites(2, seed=3, pages=(3, 3)))  # not started
+    done, busy = (web.host_key(s) for s in web.site_list)
+    web.log.extend([Request(h, True, "/robots.txt", 0.0, 0.01, 404) for h in (done, busy)]
+                   + [Request(done, False, f"/p/{i}", 1.0 + 2 * i, 1.01 + 2 * i, 200)
+                      for i in range(3)]
+                   + [Request(busy, False, "/p/0", 1.0, 1.01, 200),
+                      Request(busy, False, "/p/1", 7.0, 7.01, 404),  # not served
+                      Request(busy, False, "/p/2?x=1", 9.5, 9.51, 200)])
+    assert crawled_out(web, 4.0) == 0  # its third page came at 5.0
+    assert crawled_out(web, 10.0) == 1
+    assert pages_and_violations(web, 0.2, 0.0, 4.0)[:2] == (3, 0)
+    with pytest.raises(RuntimeError, match="ran out of pages: 1 of 2 sites"):
+        pages_and_violations(web, 0.2, 0.0, 10.0)
 
 def test_a_runs_violations_cell_names_their_kinds() -> None:
     assert violations_cell({"violations": 0, "kinds": {"gap": 0}}) == "0"
