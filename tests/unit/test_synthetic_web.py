@@ -183,3 +183,23 @@ def test_a_page_store_serves_the_bytes_the_web_would_make(tmp_path):
     assert len(list(tmp_path.glob("*.idx"))) == 2
     for s in (store, again):
         s.close()
+
+
+def test_a_page_store_is_found_again_by_another_process():
+    """A store's name follows from the web alone, not from the process: a name made from
+    repr(sites) followed each process's string hash seed (the order of a site's features
+    in their frozenset), so every bench run made and kept a store of its own."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    script = ("import hashlib; from crawler.testkit.synthetic_web import SyntheticWeb, "
+              "build_sites, store_name; s = build_sites(40, seed=11, pages=(3, 4)); "
+              "print(store_name(s, SyntheticWeb(s, port=1)), "
+              "hashlib.sha256(repr(s).encode()).hexdigest())")
+    runs = [subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                           check=True, env={"PYTHONHASHSEED": seed, "PATH": "/usr/bin"},
+                           cwd=root).stdout.split() for seed in ("1", "2", "3")]
+    assert len({r[1] for r in runs}) > 1  # the sites' repr does differ between processes
+    assert len({r[0] for r in runs}) == 1  # the store's name does not
