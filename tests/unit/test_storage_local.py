@@ -21,8 +21,9 @@ def test_put_get_and_reuse(tmp_path):
 
 
 def test_a_body_is_stored_again_after_its_folder_went_away(tmp_path):
-    # The store makes a raw/ folder once and remembers it: a folder removed since (an
-    # operator's clean-up) is made again, and no temporary file is left behind.
+    # The store makes a raw/ folder when a write finds it missing: one removed after
+    # the store wrote there (an operator's clean-up) is made again, and no temporary
+    # file is left behind.
     import shutil
 
     store = LocalStore(tmp_path)

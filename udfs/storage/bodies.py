@@ -78,13 +78,13 @@ class LocalStore:
         self.root = Path(directory)
         self.gzip_level = gzip_level  # of the bodies (storage.gzip_level)
         self._root = os.fspath(self.root)
-        self._folders: set[str] = set()  # raw/ folders made (or found) by this store
 
     def put_body(self, body: bytes, tier: str = "standard", sha256_hex: str | None = None,
                  compressed: bytes | None = None) -> tuple[str, str, bool]:
         # (a directory has no storage classes: every tier is stored alike)
-        # Plain os calls on strings, a folder made once: each page of a crawl comes here
-        # (pathlib and tempfile took about 40 of its 100 us of CPU a page).
+        # Plain os calls on strings, a folder made only when an open finds it missing:
+        # each page of a crawl comes here (pathlib and tempfile took about 40 of its
+        # 100 us of CPU a page).
         sha = sha256_hex or hashlib.sha256(body).hexdigest()
         key = object_key(sha)
         path = os.path.join(self._root, key)
@@ -94,12 +94,9 @@ class LocalStore:
         data = deflate.gzip_of(body, self.gzip_level, compressed)
         # Write to a temporary file and rename: a crash never leaves a half object.
         tmp = os.path.join(folder, f".tmp-{os.getpid()}-{next(_TMP_SERIAL)}")
-        if folder not in self._folders:
-            os.makedirs(folder, exist_ok=True)
-            self._folders.add(folder)
         try:
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        except FileNotFoundError:  # the folder went away since: made again
+        except FileNotFoundError:  # its folder is not there (yet, or any more)
             os.makedirs(folder, exist_ok=True)
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         try:
