@@ -21,7 +21,9 @@ several): jobs of `--hops` 1 and 5 keyed Python operators that pass each record 
 unchanged (a 600-byte pickled payload, 1,000 keys), each in a fresh process, CPU of
 the process tree (every thread: the task threads, the network stack, the JIT, GC)
 after each job, alternating, twice; the difference over the 4 hops and the records
-is one hop's cost, start-up and source taken off.
+is one hop's cost, start-up and source taken off. Three variants: the payload typed
+PICKLED_BYTE_ARRAY (PyFlink pickles the pickle again) or as a byte array, in thread
+mode; and a byte array in process mode (Beam's harness, as the fetcher runs).
 """
 
 from __future__ import annotations
@@ -106,9 +108,9 @@ def _function(calls: int, out: str):
     return Work(calls, out)
 
 
-def _env(tmp: str):
-    """A local environment as the frontier's (thread mode, RocksDB), its files in `tmp`;
-    one slot, no checkpoint within a run, no restart."""
+def _env(tmp: str, thread_mode: bool = True):
+    """A local environment as the frontier's (thread mode, RocksDB; or process mode, as
+    the fetcher's), its files in `tmp`; one slot, no checkpoint within a run, no restart."""
     from udfs.config import load_config
     from udfs.flink.runtime import make_env
 
@@ -116,7 +118,7 @@ def _env(tmp: str):
         f"flink.checkpoint_dir={tmp}/checkpoints", f"local.state_dir={tmp}/state",
         "flink.checkpoint_interval_ms=60000", "flink.parallelism=1",
         "flink.restart_strategy=none"])
-    return make_env(cfg, thread_mode=True)
+    return make_env(cfg, thread_mode=thread_mode)
 
 
 def run(records: int, calls: int) -> dict[str, float]:
@@ -140,10 +142,11 @@ def run(records: int, calls: int) -> dict[str, float]:
     return per
 
 
-def _hops_job(hops: int, records: int, payload_type: str) -> None:
+def _hops_job(hops: int, records: int, variant: str) -> None:
     """(Child process) one job of `hops` keyed pass-through operators, the payload typed
-    PICKLED_BYTE_ARRAY ("pickled") or a byte array ("bytes"); prints the CPU seconds of
-    this process tree once it has ended."""
+    PICKLED_BYTE_ARRAY ("pickled") or a byte array ("bytes"), in thread mode or (a
+    "-process" variant) in process mode; prints the CPU seconds of this process tree once
+    it has ended."""
     import os
     import pickle
 
@@ -153,7 +156,7 @@ def _hops_job(hops: int, records: int, payload_type: str) -> None:
     from pyflink.datastream.connectors.number_seq import NumberSequenceSource
 
     row_type = Types.ROW([Types.STRING(), Types.PICKLED_BYTE_ARRAY()
-                          if payload_type == "pickled" else Types.PRIMITIVE_ARRAY(Types.BYTE())])
+                          if variant == "pickled" else Types.PRIMITIVE_ARRAY(Types.BYTE())])
 
     class Pass(KeyedProcessFunction):
         def __init__(self, last: bool) -> None:
@@ -165,7 +168,7 @@ def _hops_job(hops: int, records: int, payload_type: str) -> None:
 
     payload = pickle.dumps({"url": "http://site.example/p/1" + "x" * 500, "n": 1})
     with tempfile.TemporaryDirectory() as tmp:
-        env = _env(tmp)
+        env = _env(tmp, thread_mode=not variant.endswith("-process"))
         ds = env.from_source(NumberSequenceSource(1, records),
                              WatermarkStrategy.no_watermarks(), "sequence").map(
             lambda n: Row(str(n % 1000), payload), output_type=row_type)
@@ -176,17 +179,18 @@ def _hops_job(hops: int, records: int, payload_type: str) -> None:
     print(json.dumps({"cpu_s": cpu_seconds(tree_pids([os.getpid()]))}), flush=True)
 
 
-PAYLOADS = ("pickled", "bytes")
+VARIANTS = ("pickled", "bytes", "bytes-process")
 
 
-def hop_cost(records: int) -> tuple[dict[str, float], list[tuple[str, int, float]]]:
+def hop_cost(records: int, rounds: int) -> tuple[dict[str, float],
+                                                list[tuple[str, int, float]]]:
     """Microseconds of machine CPU per record per keyed hop for each payload type, and
     each job's CPU seconds (payload, hops, seconds) in the order run."""
     import subprocess
 
     runs: list[tuple[str, int, float]] = []
-    for _ in range(2):
-        for payload in PAYLOADS:
+    for _ in range(rounds):
+        for payload in VARIANTS:
             for hops in (1, 5):
                 done = subprocess.run([sys.executable, __file__, "--hops-child", str(hops),
                                        "--payload", payload, "--records", str(records)],
@@ -196,7 +200,7 @@ def hop_cost(records: int) -> tuple[dict[str, float], list[tuple[str, int, float
                     raise RuntimeError(f"the {hops}-hop job failed: {done.stderr[-2000:]}")
                 runs.append((payload, hops, json.loads(line[-1])["cpu_s"]))
     per = {}
-    for payload in PAYLOADS:
+    for payload in VARIANTS:
         one = min(c for p, h, c in runs if p == payload and h == 1)
         five = min(c for p, h, c in runs if p == payload and h == 5)
         per[payload] = (five - one) / (4 * records) * 1e6
@@ -209,17 +213,20 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--calls", type=int, default=4, help="calls of each kind per record")
     ap.add_argument("--hop-records", type=int, default=100_000,
                     help="records through the 1- and 5-hop jobs")
+    ap.add_argument("--rounds", type=int, default=3,
+                    help="runs of each hop job (the least CPU of them counts)")
     ap.add_argument("--hops-child", type=int, help=argparse.SUPPRESS)
-    ap.add_argument("--payload", choices=PAYLOADS, default="pickled", help=argparse.SUPPRESS)
+    ap.add_argument("--payload", choices=VARIANTS, default="pickled", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
-    if args.records < 1000 or args.calls < 1 or args.hop_records < 1000:
-        ap.error("--records and --hop-records must be at least 1000, --calls at least 1")
+    if args.records < 1000 or args.calls < 1 or args.hop_records < 1000 or args.rounds < 1:
+        ap.error("--records and --hop-records must be at least 1000, --calls and --rounds "
+                 "at least 1")
     if args.hops_child:
         _hops_job(args.hops_child, args.records, args.payload)
         return
     started = time.monotonic()
     us = run(args.records, args.calls)
-    hop_us, runs = hop_cost(args.hop_records)
+    hop_us, runs = hop_cost(args.hop_records, args.rounds)
     rows = [(f"{name}: us per call", f"{us[name]:.1f} ({why})") for name, why in KINDS]
     rows.append(("records x calls of each kind", f"{args.records:,} x {args.calls}"))
     rows.append(("one keyed hop between thread-mode Python operators, a 600-byte payload "
@@ -227,6 +234,10 @@ def main(argv: list[str] | None = None) -> None:
                  f"{hop_us['pickled']:.1f}"))
     rows.append(("the same hop, the payload typed as a byte array (no pickling by PyFlink)",
                  f"{hop_us['bytes']:.1f} ({hop_us['pickled'] / hop_us['bytes']:.2f}x)"))
+    rows.append(("the same hop (the payload a byte array) in process mode, as the fetcher "
+                 "runs (Beam's harness, records in bundles)",
+                 f"{hop_us['bytes-process']:.1f} "
+                 f"({hop_us['bytes'] / hop_us['bytes-process']:.2f}x thread mode's)"))
     rows.append(("the hop jobs' CPU seconds (payload hops: seconds), in the order run",
                  ", ".join(f"{p} {h}: {c:.1f}" for p, h, c in runs) +
                  f" ({args.hop_records:,} records each)"))
@@ -238,7 +249,7 @@ def main(argv: list[str] | None = None) -> None:
            "filters, incremental checkpoints, none taken in the run), 1,000 keys. State "
            "calls: one job, each call timed on the task thread's CPU clock, less the same "
            "loop making no call. Hops: the whole process tree's CPU, 5 hops less 1, the "
-           f"least of two runs each. {time.monotonic() - started:.0f} s.")
+           f"least of {args.rounds} runs each. {time.monotonic() - started:.0f} s.")
 
 
 if __name__ == "__main__":
