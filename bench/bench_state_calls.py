@@ -1,7 +1,8 @@
-"""What one keyed-state call costs a thread-mode Python operator (the frontier job's).
+"""What one keyed-state call, and one keyed hop, cost thread-mode Python operators
+(the frontier job's).
 
-    python bench/bench_state_calls.py                  # ~1 min, no services
-    python bench/bench_state_calls.py --records 100000
+    python bench/bench_state_calls.py                  # ~9 min, no services
+    python bench/bench_state_calls.py --rounds 5 --hop-records 200000
 
 In thread mode every state call of a Python function (ValueState.value, .update,
 MapState.put, .is_empty, ...) is a call into the JVM: the key and value converted
@@ -17,11 +18,12 @@ background flushes and compactions, on other threads, are not in it.
 
 Beside it, what one keyed hop between two such operators costs the whole process (as
 the frontier's index events take five, one per stage, and each record of it passes
-several): jobs of `--hops` 1 and 5 keyed Python operators that pass each record on
-unchanged (a 600-byte pickled payload, 1,000 keys), each in a fresh process, CPU of
-the process tree (every thread: the task threads, the network stack, the JIT, GC)
-after each job, alternating, twice; the difference over the 4 hops and the records
-is one hop's cost, start-up and source taken off. Three variants: the payload typed
+several): jobs of 1 and 5 keyed Python operators that pass each record on unchanged
+(`--hop-records` records, a 600-byte pickled payload, 1,000 keys), each in a fresh
+process, CPU of the process tree (every thread: the task threads, the network stack,
+the JIT, GC) after each job, alternating, `--rounds` times; the least of each job's
+runs, 5 hops less 1, over the 4 hops and the records is one hop's cost, start-up and
+source taken off. Three variants: the payload typed
 PICKLED_BYTE_ARRAY (PyFlink pickles the pickle again) or as a byte array, in thread
 mode; and a byte array in process mode (Beam's harness, as the fetcher runs).
 """
@@ -72,7 +74,7 @@ def _function(calls: int, out: str):
         def process_element(self, value, ctx):
             clock, n, spent = time.thread_time, self.calls, self.spent
             small, big, map_, host = self.small, self.big, self.map, self.host_value
-            self.small.update(1)  # each key's values exist before the first timed read
+            small.update(1)  # each key's value exists before the first timed read
             t0 = clock()
             for _ in range(n):
                 pass

@@ -34,7 +34,6 @@ def test_the_violating_hosts_requests_are_kept_and_only_theirs(tmp_path) -> None
     assert all(r.get("host", bad) == bad for r in lines)
 
 
-
 def test_a_run_whose_web_ran_out_of_pages_is_refused() -> None:
     # A site whose every page was fetched by the window's end counts as crawled out; past
     # DRY_SHARE of the sites, the run measured the web's size, not the crawler's pace.
@@ -51,6 +50,7 @@ def test_a_run_whose_web_ran_out_of_pages_is_refused() -> None:
     assert pages_and_violations(web, 0.2, 0.0, 4.0)[:2] == (3, 0)
     with pytest.raises(RuntimeError, match="ran out of pages: 1 of 2 sites"):
         pages_and_violations(web, 0.2, 0.0, 10.0)
+
 
 def test_a_runs_violations_cell_names_their_kinds() -> None:
     assert violations_cell({"violations": 0, "kinds": {"gap": 0}}) == "0"
