@@ -146,13 +146,19 @@ def normalize_url(raw: str, base: str | None = None, policy: UrlPolicy | None = 
         return None
     path, sep, query = path_query.partition("?")
     policy = NO_DROPS if policy is None else policy
-    path = _drop_path_params(_fix_escapes(path), policy)
+    fixed = _fix_escapes(path)
+    path = _drop_path_params(fixed, policy)
     if sep:
         if query:
             query = _filter_query(_fix_escapes(query), policy)
             sep = "?" if query else ""
         # else: an empty query is not the same resource as no query; keep the "?"
-    return f"{scheme}{host}{path or '/'}{sep}{query}"
+    url = f"{scheme}{host}{path or '/'}{sep}{query}"
+    if path is not fixed and any(s in (".", "..") for s in path.split("/")):
+        # A dropped parameter left a dot segment ("/.;jsessionid=1" is "/."): resolved
+        # now, or normalizing this URL again would give another one (not idempotent).
+        return normalize_url(url, policy=policy)
+    return url
 
 
 def host_key(url: str) -> str:
