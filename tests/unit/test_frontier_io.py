@@ -7,6 +7,7 @@ import pytest
 from udfs.config import load_config
 from udfs.core.addresses import AddressPolicy
 from udfs.core.frontier import FrontierConfig, HostFrontier, Kind, Outcome
+from udfs.core.frontier.recent import RecentUrls
 from udfs.core.records import DiscoverySource
 from udfs.core.urls import UrlPolicy
 from udfs.frontier.pipeline import (
@@ -42,6 +43,30 @@ def test_intake_normalizes_regroups_and_flags_sitemaps():
     # The drop list is the caller's: without one, nothing is dropped.
     kept = intake(record).groups["https://b.example"][0]["url"]
     assert kept == "https://b.example/y?utm_source=z"
+
+
+def test_intake_takes_a_url_it_passed_on_before_as_it_is():
+    """A link the intake's memory holds (RecentUrls: normalized URLs only) is not
+    normalized again; the result is the same as normalizing it."""
+    policy = UrlPolicy.from_names(load_config()["urls.drop_query_params"])
+    raw = ["HTTP://A.example:80/x#f", "http://a.example/x", "https://b.example/y?utm_source=z",
+           "https://b.example/y", "http://a.example/%7euser/;jsessionid=1",
+           "http://a.example/~user/", "javascript:alert(1)", "http://127.0.0.1/"]
+    record = _links(*raw)
+    address = AddressPolicy.from_networks([])
+    recent = RecentUrls(100, ttl_s=600)
+    first = intake(record, policy, address)
+    for links in first.groups.values():
+        for link in links:  # (two links here are one URL: its second passes no more)
+            recent.passes(link["url"], 0.0)
+    assert "http://a.example/x" in recent and "HTTP://A.example:80/x#f" not in recent
+    again = intake(record, policy, address, normalized=recent)
+    assert again == first
+    # What the memory holds is taken as it is: a URL put there that normalizing would
+    # change shows that the intake did not normalize it.
+    odd = intake(_links("http://a.example/./x"), policy, address,
+                 normalized={"http://a.example/./x"})
+    assert odd.groups["http://a.example"][0]["url"] == "http://a.example/./x"
 
 
 def _links(*urls: str, source: DiscoverySource = "LINK") -> DiscoveredUrls:

@@ -118,7 +118,8 @@ def parallel_subtasks(ctx) -> int:
 class Intake(ProcessFunction):
     """Row(key, value, topic, partition, offset) → Row(host_key, kind, payload).
 
-    Links are normalized with the configured drop list (urls.drop_query_params), and
+    Links are normalized with the configured drop list (urls.drop_query_params; one its
+    memory of recent URLs holds is normalized already, and taken as it is), and
     a URL whose host is an IP literal the address policy refuses (fetch.allowed_networks)
     is never queued: it goes to the dead-letter topic as ADDRESS_BLOCKED, counted in
     the metric urls_refused_address. The user's URL filters (urls.filters) run here
@@ -220,7 +221,8 @@ class Intake(ProcessFunction):
               own_links: list[NewUrl] | None = None):
         """Rows of one DiscoveredUrls record: to each host its URLs, dead letters for the
         refused ones. The URLs of host `own` go to `own_links` instead, when given."""
-        found = intake(discovered, self.url_policy, self.address_policy, self.filters)
+        found = intake(discovered, self.url_policy, self.address_policy, self.filters,
+                       self.recent)
         for host_key, links in found.groups.items():
             if self.recent.max_urls:
                 links = self._fresh(links)

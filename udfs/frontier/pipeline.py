@@ -5,7 +5,7 @@ decides anything here."""
 from __future__ import annotations
 
 import pickle
-from collections.abc import Sequence
+from collections.abc import Container, Sequence
 from dataclasses import dataclass, field
 from typing import TypedDict
 
@@ -138,17 +138,23 @@ class Intake:
 
 def intake(record: DiscoveredUrls, url_policy: UrlPolicy | None = None,
            address_policy: AddressPolicy | None = None,
-           filters: Sequence[tuple[str, UrlFilter]] = ()) -> Intake:
+           filters: Sequence[tuple[str, UrlFilter]] = (),
+           normalized: Container[str] = ()) -> Intake:
     """Sort one DiscoveredUrls record's links (see `Intake`). `url_policy`: the query
     parameters to drop (urls.drop_query_params); `address_policy`: fetch.allowed_networks;
-    `filters`: the user's URL filter chain (urls.filters, udfs/core/urlfilters.py)."""
+    `filters`: the user's URL filter chain (urls.filters, udfs/core/urlfilters.py).
+    `normalized`: URLs that normalize_url gave with this `url_policy`: a link among them
+    is taken as it is, since normalizing is idempotent (a crawl's links are mostly
+    such rediscoveries, and the intake's own memory of them, RecentUrls, holds only
+    normalized URLs). The filters and the address policy still see every link."""
     out = Intake()
     groups = out.groups
     kind = Kind.SITEMAP if record["source"] in SITEMAP_SOURCES else Kind.PAGE
     context = Link(record["source"], record["parent_url"], record["depth"]) if filters \
         else None
     for link in record["links"]:
-        url = normalize_url(link["url"], policy=url_policy)
+        raw = link["url"]
+        url = raw if raw in normalized else normalize_url(raw, policy=url_policy)
         if url is None:
             out.invalid.append(link["url"])
             continue

@@ -53,6 +53,11 @@ class RecentUrls:
     def __len__(self) -> int:
         return len(self._sent)
 
+    def __contains__(self, url: object) -> bool:
+        """Whether `url` is remembered, fresh or not: a URL passed on once, so one that
+        normalization gives back unchanged (the intake then need not normalize it)."""
+        return url in self._sent
+
     def passes(self, url: str, now: float, *, priority: float | None = None, depth: int = 0,
                redirect_hops: int = 0, lastmod: float | None = None,
                is_seed: bool = False) -> bool:
