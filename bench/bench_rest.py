@@ -1,6 +1,6 @@
 """The crawl at rest: what both jobs and the broker spend when there is nothing to fetch.
 
-    python bench/bench_rest.py [--settle 120] [--seconds 60]
+    python bench/bench_rest.py [--settle 120] [--seconds 60] [--checkpoint-ms 10000]
 
 Both jobs start on a synthetic web of 2 plain sites of 5 pages (robots.txt with rules,
 a sitemap; no trap, throttling or slow page), crawl it out, and then idle: no lease to
@@ -10,8 +10,9 @@ compilers quiet down), the CPU of each job's processes and of the Kafka broker i
 measured over `--seconds`: milliseconds of CPU per second, that is thousandths of a
 core, by process and, inside each JVM, by kind of thread (the names Flink and Kafka
 give them, digits folded). This is the part of a crawl's CPU that does not grow with
-its pages: bench_crawl.py divides it among them too. Needs the local stack
-(`./dev up`).
+its pages: bench_crawl.py divides it among them too. The jobs checkpoint every
+`--checkpoint-ms` (the shipped default, 10 s; `./dev crawl` and the synthetic web's
+settings take 1 s). Needs the local stack (`./dev up`).
 """
 
 from __future__ import annotations
@@ -81,9 +82,12 @@ def main() -> None:
     ap.add_argument("--settle", type=float, default=120.0,
                     help="seconds idle before measuring, once the web is crawled out (120)")
     ap.add_argument("--seconds", type=float, default=60.0, help="seconds measured (60)")
+    ap.add_argument("--checkpoint-ms", type=int, default=10_000,
+                    help="both jobs' checkpoint interval (the shipped default: 10,000)")
     args = ap.parse_args()
-    if args.settle < 0 or args.seconds <= 0:
-        ap.error("--settle must be at least 0 and --seconds more than 0")
+    if args.settle < 0 or args.seconds <= 0 or args.checkpoint_ms < 100:
+        ap.error("--settle must be at least 0, --seconds more than 0 and --checkpoint-ms "
+                 "at least 100")
     broker = broker_pid()
     if broker is None:
         ap.error("the local stack's Kafka broker is not running: ./dev up first")
@@ -96,6 +100,8 @@ def main() -> None:
     suffix = time.strftime("%H%M%S")
     overrides = [f"topics.{k}.name=bench-rest-{suffix}.{base.topic(k)}" for k in TOPIC_KEYS]
     overrides += synthetic_overrides(web, workdir, 0.2)
+    # (after the synthetic web's settings, which checkpoint every second)
+    overrides.append(f"flink.checkpoint_interval_ms={args.checkpoint_ms}")
     overrides.append(f"flink.checkpoint_dir={workdir / 'checkpoints'}")
     cfg = load_config(env={}, overrides=overrides)
     from crawler.stack.local import drop_topics, ensure_topics
@@ -145,8 +151,10 @@ def main() -> None:
         return f"{1000 * seconds / span:.1f}"
 
     total = sum(c[0] for c in cpu.values())
-    rows = [("seconds measured / idle before (after the last request) / requests meanwhile",
-             f"{span:.0f} s / {args.settle + QUIET_S:.0f} s / {requests_during}"),
+    rows = [("seconds measured / idle before (after the last request) / requests meanwhile / "
+             "checkpoint interval",
+             f"{span:.0f} s / {args.settle + QUIET_S:.0f} s / {requests_during} / "
+             f"{args.checkpoint_ms / 1000:g} s"),
             ("all: CPU ms per second (thousandths of a core)", rate(total))]
     for name, (seconds, by_process, jit) in cpu.items():
         parts = ", ".join(f"{kind} {rate(c)}" for kind, c in
@@ -160,7 +168,7 @@ def main() -> None:
         top = ", ".join(f"{kind} {rate(cpu)}" for kind, cpu in kinds.most_common(8) if cpu > 0)
         rows.append((f"{name}'s JVM: the busiest kinds of thread, CPU ms per second", top))
     record("rest", "The crawl at rest: both jobs and the broker with nothing to fetch", rows,
-           "The default configuration (10 s checkpoints, parallelism of the local defaults) on "
+           "The default configuration (but the checkpoint interval: the first row) on "
            "the local stack; each job in its own MiniCluster, as `crawl run` starts them. The "
            "broker's figure includes what any other client of the local stack asked of it "
            "meanwhile (nothing else runs in a bench). Thread names are Flink's and Kafka's, cut "
