@@ -98,10 +98,10 @@ def _task_cpu(pid: int, tid: int | str) -> tuple[str, float] | None:
         (int(fields[11]) + int(fields[12])) / _TICK
 
 
-def jit_seconds(pids: set[int]) -> dict[tuple[int, int], float]:
-    """CPU seconds so far of the JVMs' JIT compiler threads (C1, C2) among these
-    processes, by (pid, thread id): Linux /proc; empty elsewhere."""
-    out: dict[tuple[int, int], float] = {}
+def thread_seconds(pids: set[int]) -> dict[tuple[int, int], tuple[str, float]]:
+    """(name, CPU seconds so far) of every thread of these processes, by (pid, thread
+    id): Linux /proc; empty elsewhere."""
+    out: dict[tuple[int, int], tuple[str, float]] = {}
     for pid in pids:
         try:
             tids = os.listdir(f"/proc/{pid}/task")
@@ -109,9 +109,16 @@ def jit_seconds(pids: set[int]) -> dict[tuple[int, int], float]:
             continue
         for tid in tids:
             got = _task_cpu(pid, tid)
-            if got is not None and got[0].startswith(("C1 CompilerThre", "C2 CompilerThre")):
-                out[(pid, int(tid))] = got[1]
+            if got is not None:
+                out[(pid, int(tid))] = got
     return out
+
+
+def jit_seconds(pids: set[int]) -> dict[tuple[int, int], float]:
+    """CPU seconds so far of the JVMs' JIT compiler threads (C1, C2) among these
+    processes, by (pid, thread id): Linux /proc; empty elsewhere."""
+    return {key: cpu for key, (name, cpu) in thread_seconds(pids).items()
+            if name.startswith(("C1 CompilerThre", "C2 CompilerThre"))}
 
 
 class ThreadMeter:

@@ -18,7 +18,6 @@ settings take 1 s). Needs the local stack (`./dev up`).
 from __future__ import annotations
 
 import argparse
-import os
 import re
 import sys
 import tempfile
@@ -28,7 +27,13 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-from bench._results import CpuMeter, broker_pid, record, tree_pids  # noqa: E402
+from bench._results import (  # noqa: E402
+    CpuMeter,
+    broker_pid,
+    record,
+    thread_seconds,
+    tree_pids,
+)
 from crawler.run import JobProcess, publish_seeds, synthetic_overrides  # noqa: E402
 from crawler.testkit.synthetic_web import Site, SyntheticWeb  # noqa: E402
 from udfs.config import TOPIC_KEYS, load_config  # noqa: E402
@@ -37,32 +42,14 @@ QUIET_S = 30.0  # no request for this long: the web is crawled out
 CRAWL_LIMIT_S = 300.0  # a web of ten pages is crawled out well before this
 
 
-def thread_seconds(pids: set[int]) -> dict[tuple[int, str, int], float]:
-    """CPU seconds so far of every thread of these processes, by (pid, name, tid)."""
-    tick = os.sysconf("SC_CLK_TCK")
-    out: dict[tuple[int, str, int], float] = {}
-    for pid in pids:
-        try:
-            tids = os.listdir(f"/proc/{pid}/task")
-        except OSError:
-            continue
-        for tid in tids:
-            try:
-                stat = Path(f"/proc/{pid}/task/{tid}/stat").read_text()
-            except OSError:
-                continue
-            name = stat[stat.index("(") + 1:stat.rindex(")")]
-            fields = stat[stat.rindex(")") + 2:].split()
-            out[(pid, name, int(tid))] = (int(fields[11]) + int(fields[12])) / tick
-    return out
-
-
-def by_thread_kind(before: dict, after: dict, pid: int) -> Counter[str]:
-    """CPU seconds of one process's threads between two readings, by name, digits folded."""
+def by_thread_kind(before: dict[tuple[int, int], tuple[str, float]],
+                   after: dict[tuple[int, int], tuple[str, float]], pid: int) -> Counter[str]:
+    """CPU seconds of one process's threads between two readings (`thread_seconds`), by
+    name, digits folded."""
     kinds: Counter[str] = Counter()
-    for (p, name, tid), cpu in after.items():
+    for (p, tid), (name, cpu) in after.items():
         if p == pid:
-            kinds[re.sub(r"[0-9]+", "#", name)] += cpu - before.get((p, name, tid), 0.0)
+            kinds[re.sub(r"[0-9]+", "#", name)] += cpu - before.get((p, tid), (name, 0.0))[1]
     return kinds
 
 
