@@ -2,10 +2,10 @@
 
     python bench/bench_intake.py [--pages 5000]
 
-Each page's links go through `intake` (udfs/frontier/pipeline.py) and then the intake's
-memory of what it passed on lately (RecentUrls, udfs/core/frontier/recent.py), as the
-frontier's Intake operator does for every completion and DiscoveredUrls record. Two
-webs: the benchmarks' synthetic web (bench_crawl: 200 sites of 300-360 pages, about 7
+Each page's links go through `intake` and `fresh_links` (udfs/frontier/pipeline.py: the
+intake's memory of what it passed on lately, RecentUrls), as the frontier's Intake
+operator does for every completion and DiscoveredUrls record. Two webs: the
+benchmarks' synthetic web (bench_crawl: 200 sites of 300-360 pages, about 7
 links a page, most to random pages of the same site) and a site shaped as real ones are
 (100 links a page: 60 in its menus and footer, the same on every page, 40 to random
 pages among its 5,000). Links come as the fetcher's parser sends them, absolute and
@@ -29,7 +29,7 @@ from udfs.config import load_defaults  # noqa: E402
 from udfs.core.addresses import AddressPolicy  # noqa: E402
 from udfs.core.frontier.recent import RecentUrls  # noqa: E402
 from udfs.core.urls import UrlPolicy  # noqa: E402
-from udfs.frontier.pipeline import intake  # noqa: E402
+from udfs.frontier.pipeline import fresh_links, intake  # noqa: E402
 from udfs.wire.records import DiscoveredUrls, links_record, plain_link  # noqa: E402
 
 
@@ -67,13 +67,7 @@ def sort_page(rec: DiscoveredUrls, policy: UrlPolicy, address: AddressPolicy,
               recent: RecentUrls, now: float, shortcut: bool) -> int:
     """One record through the intake as its operator takes it; the links passed on."""
     found = intake(rec, policy, address, (), recent if shortcut else ())
-    sent = 0
-    for links in found.groups.values():
-        for link in links:
-            sent += recent.passes(link["url"], now, priority=link["priority"],
-                                  depth=link["depth"], redirect_hops=link["redirect_hops"],
-                                  lastmod=link["lastmod"], is_seed=link["is_seed"])
-    return sent
+    return sum(len(fresh_links(recent, links, now)) for links in found.groups.values())
 
 
 def measure(warm: list[DiscoveredUrls], records: list[DiscoveredUrls], rounds: int

@@ -55,6 +55,7 @@ from udfs.frontier.pipeline import (
     discovered_records,
     duplicate_feedback,
     fetch_result,
+    fresh_links,
     index_event,
     intake,
     lease_record,
@@ -208,11 +209,7 @@ class Intake(ProcessFunction):
     def _fresh(self, links: list[NewUrl]) -> list[NewUrl]:
         """The links whose host has not had them lately (udfs/core/frontier/recent.py);
         the others, which it would answer with urls_known or the same refusal, counted."""
-        now, recent = _now(), self.recent
-        fresh = [link for link in links if recent.passes(
-            link["url"], now, priority=link["priority"], depth=link["depth"],
-            redirect_hops=link["redirect_hops"], lastmod=link["lastmod"],
-            is_seed=link["is_seed"])]
+        fresh = fresh_links(self.recent, links, _now())
         if len(fresh) < len(links):
             self.rediscovered.inc(len(links) - len(fresh))
         return fresh

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import TypedDict
 
 from udfs.core.addresses import AddressPolicy, url_address_refusal
+from udfs.core.frontier.recent import RecentUrls
 from udfs.core.parse import group_by_host
 from udfs.core.records import DiscoverySource, FetchResult, Kind, Lease, Outcome, UrlState
 from udfs.core.recrawl import Change, Dup
@@ -176,6 +177,15 @@ def intake(record: DiscoveredUrls, url_policy: UrlPolicy | None = None,
             "kind": kind, "lastmod": None if link["lastmod_ms"] is None else
             link["lastmod_ms"] / 1000.0, "changefreq": link["changefreq"]})
     return out
+
+
+def fresh_links(recent: RecentUrls, links: list[NewUrl], now: float) -> list[NewUrl]:
+    """The links of one host that `recent` passes on (recorded there as sent); the others
+    are rediscoveries their host would answer with urls_known or the same refusal."""
+    return [link for link in links if recent.passes(
+        link["url"], now, priority=link["priority"], depth=link["depth"],
+        redirect_hops=link["redirect_hops"], lastmod=link["lastmod"],
+        is_seed=link["is_seed"])]
 
 
 def transfer_record(t: Transfer) -> ShardTransfer:
