@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import re
+import shutil
 import sys
 import tempfile
 import time
@@ -133,6 +134,7 @@ def main() -> None:
             job.stop()
         web.stop()
         drop_topics(cfg)
+        shutil.rmtree(workdir, ignore_errors=True)  # (a failed job's log was printed above)
 
     def rate(seconds: float) -> str:
         return f"{1000 * seconds / span:.1f}"
