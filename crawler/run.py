@@ -9,6 +9,7 @@ the .test names with `fetch.static_hosts` — explicitly, and only for that case
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -22,6 +23,7 @@ from udfs.config import Config, load_config
 from udfs.core.parse import group_by_host
 from udfs.core.records import DiscoverySource
 from udfs.core.urls import UrlPolicy, normalize_url
+from udfs.flink import job_tmp_dir
 from udfs.wire.avro import registry
 from udfs.wire.records import DISCOVERED, links_records, plain_link
 
@@ -118,10 +120,34 @@ class JobProcess:
                 *(["--from-checkpoint", self.from_checkpoint] if self.from_checkpoint else [])]
 
     def kill(self) -> None:
-        """kill -9 of the whole job (its JVM and Python workers): a crash, nothing cleaned."""
+        """kill -9 of the whole job (its JVM and Python workers): a crash, nothing cleaned
+        by the job; its Flink working files (`tmp_dir`) are removed here, as a
+        supervisor would."""
         if self.proc is not None and self.proc.poll() is None:
             os.killpg(self.proc.pid, signal.SIGKILL)
             self.proc.wait(30)
+        self._remove_tmp()
+
+    @property
+    def tmp_dir(self) -> Path | None:
+        """The job's local Flink working files (its JVM's java.io.tmpdir: the MiniCluster's
+        folder, RocksDB's instances, unpacked jars; udfs.flink.job_tmp_dir), once it has
+        started; removed when it has ended."""
+        return None if self.proc is None else job_tmp_dir(self.proc.pid)
+
+    def _remove_tmp(self, grace_s: float = 10.0) -> None:
+        """Remove `tmp_dir` once no process of the job's group is left (a JVM still
+        shutting down may write there), waiting at most `grace_s`."""
+        if self.proc is not None:
+            deadline = time.monotonic() + grace_s
+            while time.monotonic() < deadline:
+                try:
+                    os.killpg(self.proc.pid, 0)
+                except (ProcessLookupError, PermissionError):
+                    break
+                time.sleep(0.1)
+        if self.tmp_dir is not None:
+            shutil.rmtree(self.tmp_dir, ignore_errors=True)
 
     @property
     def flink_log_dir(self) -> Path:
@@ -166,18 +192,22 @@ class JobProcess:
             *trouble[-flink_lines:]])
 
     def stop(self) -> None:
-        if self.proc is None or self.proc.poll() is not None:
+        """SIGTERM to the job's process group, SIGKILL if it has not ended in 20 s; then
+        its Flink working files are removed."""
+        if self.proc is None:
             return
-        for sig, wait in ((signal.SIGTERM, 20), (signal.SIGKILL, 10)):
-            try:
-                os.killpg(self.proc.pid, sig)
-            except ProcessLookupError:
-                return
-            try:
-                self.proc.wait(wait)
-                return
-            except subprocess.TimeoutExpired:
-                continue
+        if self.proc.poll() is None:
+            for sig, wait in ((signal.SIGTERM, 20), (signal.SIGKILL, 10)):
+                try:
+                    os.killpg(self.proc.pid, sig)
+                except ProcessLookupError:
+                    break
+                try:
+                    self.proc.wait(wait)
+                    break
+                except subprocess.TimeoutExpired:
+                    continue
+        self._remove_tmp()
 
 
 @dataclass

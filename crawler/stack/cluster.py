@@ -9,7 +9,8 @@ upgrade (stop with a savepoint, resubmit the current code from it) and rescale.
 Each procedure is the plain `flink` CLI command the README lists, run with this
 cluster's configuration; `FLINK_REST` (host:port) points them at another cluster.
 Every process binds to 127.0.0.1; PID files and logs (RocksDB's too) live under
-<local.state_dir>/cluster. The JobManager and each TaskManager are services like
+<local.state_dir>/cluster, the processes' working files (io.tmp.dirs) in a folder of the
+cluster's own in /tmp, which `down` removes. The JobManager and each TaskManager are services like
 the local Kafka broker (crawler/stack/local.py): started in the foreground of their own
 process group and session, stopped by PID, never twice. A TaskManager's Python
 workers (process mode: pyflink-udf-runner.sh, beam_boot, the SDK worker) are in its
@@ -20,9 +21,11 @@ folder> in its environment: `down` finds such strays by it and ends them too.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -35,6 +38,7 @@ import psutil
 
 from crawler.stack.local import LocalStack, ServiceStatus, StackError, _alive, _Service
 from udfs.config import Config
+from udfs.flink import TMP_BASE
 
 JOB_NAMES = {"frontier": "crawl frontier", "fetcher": "crawl fetcher"}
 # Jobs whose Python runs inside the TaskManager JVM (pemja, thread mode). One
@@ -71,6 +75,9 @@ class _FlinkService(_Service):
     def address(self) -> str:
         return f"http://{self.cluster.rest}"
 
+    def prepare(self) -> None:
+        self.cluster.tmp_dir.mkdir(parents=True, exist_ok=True)  # Flink will not make it
+
 
 class JobManagerService(_FlinkService):
     def ports(self) -> list[tuple[str, str, int]]:
@@ -97,6 +104,7 @@ class TaskManagerService(_FlinkService):
         return [str(pyflink_home() / "bin" / "taskmanager.sh"), "start-foreground"]
 
     def prepare(self) -> None:
+        super().prepare()
         self._log_start = self.logfile.stat().st_size if self.logfile.exists() else 0
 
     def resource_id(self) -> str | None:
@@ -186,6 +194,11 @@ class Cluster:
             # FLINK_LOG_DIR; the default is the log/ folder of the installed package).
             "env.log.dir": str(self.root / "client"),
             "env.java.opts.all": java_opts,
+            # Every process's working files (a TaskManager's tm_<id> folder with its
+            # RocksDB instances, blobs, unpacked jars) in a folder of the cluster's own,
+            # which `down` removes: in /tmp itself, a process killed or stopped by a
+            # signal left them.
+            "io.tmp.dirs": str(self.tmp_dir),
         }
         if self.cfg["cluster.metrics_ports"]:
             # Flink's Prometheus reporter, from the distribution's plugins folder
@@ -197,6 +210,14 @@ class Cluster:
         (conf / "config.yaml").write_text(
             "".join(f"{k}: {json.dumps(v) if isinstance(v, str) else v}\n"
                     for k, v in settings.items()))
+
+    @property
+    def tmp_dir(self) -> Path:
+        """Flink's io.tmp.dirs for every process of this cluster and its clients: a folder
+        of this cluster's own in /tmp (short, as udfs.flink.TMP_BASE says why), named by
+        its state folder."""
+        tag = hashlib.sha256(str(self.root.resolve()).encode()).hexdigest()[:10]
+        return TMP_BASE / f"crawl-cluster-{tag}"
 
     def savepoint_dir(self) -> Path:
         return (self.root / "savepoints").resolve()
@@ -225,7 +246,8 @@ class Cluster:
     def down(self, log: Callable[[str], None] = print) -> None:
         """Stop the TaskManagers (each with its process group: its Python workers), the
         JobManager, then any process left that carries this cluster's CLUSTER_ENV — the
-        workers of a TaskManager that was killed alone, a client still running."""
+        workers of a TaskManager that was killed alone, a client still running; then
+        remove the processes' working files (`tmp_dir`)."""
         for tm in reversed(self.taskmanagers()):
             log(tm.stop())
         log(self.jobmanager.stop())
@@ -233,6 +255,7 @@ class Cluster:
         if strays:
             log(f"stopped {len(strays)} leftover process(es) of this cluster: "
                 + ", ".join(map(str, strays)))
+        shutil.rmtree(self.tmp_dir, ignore_errors=True)  # nothing of the cluster runs
 
     def processes(self) -> list[int]:
         """Live processes of this cluster, found by CLUSTER_ENV in their environment."""
@@ -292,6 +315,7 @@ class Cluster:
             env["PYTHONPATH"] = os.pathsep.join(
                 [str(build), *filter(None, [os.environ.get("PYTHONPATH")])])
         (self.root / "client").mkdir(parents=True, exist_ok=True)
+        self.tmp_dir.mkdir(parents=True, exist_ok=True)
         proc = subprocess.run([str(pyflink_home() / "bin" / "flink"), *args], env=env,
                               capture_output=True, text=True, timeout=timeout_s)
         if proc.returncode != 0:

@@ -83,6 +83,9 @@ def test_fetcher_job_fetches_stores_and_reports(cfg, fresh_topics, tmp_path):
         producer.flush()
 
         got = _read(cfg, comps, "completion", lambda s: len(s) >= 3)
+        # Flink's working files (the MiniCluster's folder) are in a folder of the job's
+        # own, not loose in /tmp, where a job stopped by a signal would leave them.
+        assert list(job.tmp_dir.glob("minicluster_*")), list(job.tmp_dir.iterdir())
         by_lease = {rec["lease_id"]: (key, rec) for key, rec in got}
         assert set(by_lease) == {"L1", "L2", "L3"}
         # The expired lease is not sent, and said so: the frontier takes it back at once.
@@ -125,6 +128,7 @@ def test_fetcher_job_fetches_stores_and_reports(cfg, fresh_topics, tmp_path):
     finally:
         job.stop()
         web.stop()
+    assert not job.tmp_dir.exists()  # removed with the job
 
 
 # jobs/fetcher.py's graph as Flink plans it, printed instead of run.

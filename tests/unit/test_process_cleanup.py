@@ -5,6 +5,7 @@ check (tests/conftest.py) finds the processes and virtualenv files a run leaves.
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -191,3 +192,128 @@ def test_session_fails_on_a_leftover_process(tmp_path, workers):
         assert wait_gone(pid)
     finally:
         end(pid)
+
+
+# -- Flink's working files: out of /tmp, and removed when their job has ended -----------
+
+
+def _dead_pid() -> int:
+    """The PID of a process that has exited (and been reaped)."""
+    child = subprocess.Popen(["true"])
+    child.wait(10)
+    return child.pid
+
+
+def test_sweep_removes_the_folders_of_jobs_that_are_gone_only(tmp_path):
+    from udfs.flink.runtime import sweep_tmp_dirs
+
+    for name in ("crawl-flink-111", "crawl-flink-222", "crawl-flink-x", "other-333"):
+        (tmp_path / name / "minicluster_x").mkdir(parents=True)
+    (tmp_path / "crawl-flink-444").write_text("a file, not a job's folder")
+    gone = sweep_tmp_dirs(tmp_path, alive=lambda pid: pid == 111)
+    assert gone == [tmp_path / "crawl-flink-222"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "crawl-flink-111", "crawl-flink-444", "crawl-flink-x", "other-333"]
+    assert sweep_tmp_dirs(tmp_path / "absent") == []
+
+
+@pytest.fixture
+def fresh_jvm(monkeypatch):
+    """This process as one whose PyFlink JVM has not started: what local_tmp_dir sets
+    is undone after the test, and nothing is registered to run at exit."""
+    import pyflink.java_gateway
+
+    from udfs.flink import runtime
+
+    monkeypatch.setattr(pyflink.java_gateway, "_gateway", None)
+    monkeypatch.delenv("PYFLINK_GATEWAY_PORT", raising=False)
+    monkeypatch.setenv("JVM_ARGS", "-Xss2m")
+    at_exit: list = []
+    monkeypatch.setattr(runtime.atexit, "register", lambda f, *a, **k: at_exit.append(
+        (f, a, k)))
+    return at_exit
+
+
+def test_a_local_jvm_keeps_its_working_files_in_a_folder_named_by_its_job(fresh_jvm,
+                                                                         tmp_path):
+    from udfs.flink.runtime import local_tmp_dir
+
+    dead = tmp_path / f"crawl-flink-{_dead_pid()}"
+    (dead / "minicluster_x").mkdir(parents=True)
+    mine = local_tmp_dir(tmp_path)
+    assert mine == tmp_path / f"crawl-flink-{os.getpid()}" and mine.is_dir()
+    assert not dead.exists()  # a killed job's folder, swept by the next one
+    assert os.environ["JVM_ARGS"] == f"-Xss2m -Djava.io.tmpdir={mine}"
+    # Removed at a normal exit.
+    assert [(f.__name__, a) for f, a, _ in fresh_jvm] == [("rmtree", (mine,))]
+
+
+@pytest.mark.parametrize("situation", ["a flink run client", "a JVM already running",
+                                       "java.io.tmpdir set by the user"])
+def test_a_jvm_not_ours_to_start_is_left_as_it_is(fresh_jvm, monkeypatch, tmp_path,
+                                                  situation):
+    import pyflink.java_gateway
+
+    from udfs.flink.runtime import local_tmp_dir
+
+    if situation == "a flink run client":
+        monkeypatch.setenv("PYFLINK_GATEWAY_PORT", "25333")
+    elif situation == "a JVM already running":
+        monkeypatch.setattr(pyflink.java_gateway, "_gateway", object())
+    else:
+        monkeypatch.setenv("JVM_ARGS", "-Djava.io.tmpdir=/somewhere")
+    before = os.environ["JVM_ARGS"]
+    assert local_tmp_dir(tmp_path) is None
+    assert os.environ["JVM_ARGS"] == before and fresh_jvm == []
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("ending", ["stop", "kill"])
+def test_a_job_process_removes_its_working_files_when_it_ends(tmp_path, monkeypatch,
+                                                              ending):
+    """JobProcess removes the job's folder once the job's process group has ended,
+    however it ended (the job's JVM, which writes there, is in that group)."""
+    import udfs.flink
+    from crawler.run import JobProcess
+
+    monkeypatch.setattr(udfs.flink, "TMP_BASE", tmp_path)
+    job = JobProcess("fetcher", [], tmp_path / "fetcher.log")
+    assert job.tmp_dir is None
+    # The job writes into its folder from a child of its own, as its JVM does.
+    script = textwrap.dedent(f"""
+        import os, subprocess, time
+        where = "{tmp_path}/crawl-flink-" + str(os.getpid())
+        subprocess.Popen(["sh", "-c", f"mkdir -p {{where}}/minicluster_1 && sleep 60"])
+        time.sleep(60)
+    """)
+    monkeypatch.setattr(JobProcess, "command", lambda self: [sys.executable, "-c", script])
+    job.start()
+    try:
+        assert job.tmp_dir == tmp_path / f"crawl-flink-{job.proc.pid}"
+        deadline = time.monotonic() + 10
+        while not (job.tmp_dir / "minicluster_1").exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert sorted(p.name for p in job.tmp_dir.iterdir()) == ["minicluster_1"]
+        job.stop() if ending == "stop" else job.kill()
+        assert not job.tmp_dir.exists()
+    finally:
+        job.kill()
+
+
+def test_a_session_cluster_keeps_its_working_files_in_a_folder_of_its_own(cluster,
+                                                                        tmp_path):
+    other = Cluster(cluster.cfg, LocalStack(cluster.cfg, state_dir=tmp_path / "other"))
+    assert cluster.tmp_dir.name.startswith("crawl-cluster-")
+    assert cluster.tmp_dir != other.tmp_dir
+    cluster.prepare()
+    conf = (cluster.root / "conf" / "config.yaml").read_text()
+    assert f'io.tmp.dirs: "{cluster.tmp_dir}"' in conf.splitlines()
+    tm = cluster.taskmanagers(1)[0]
+    tm.dir.mkdir(parents=True)
+    try:
+        tm.prepare()  # before a process starts: Flink refuses a missing io.tmp.dirs folder
+        (cluster.tmp_dir / "tm_127.0.0.1:1-a" / "localState").mkdir(parents=True)
+        cluster.down(log=lambda line: None)
+        assert not cluster.tmp_dir.exists()
+    finally:
+        shutil.rmtree(cluster.tmp_dir, ignore_errors=True)

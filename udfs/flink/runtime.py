@@ -12,8 +12,10 @@ KafkaSource/KafkaSink wrappers cannot do from Python.
 
 from __future__ import annotations
 
+import atexit
 import logging
 import os
+import shutil
 import sys
 from pathlib import Path
 from typing import Any
@@ -31,6 +33,7 @@ from pyflink.datastream.connectors.kafka import (
 )
 
 from udfs.config import Config
+from udfs.flink import TMP_BASE, TMP_PREFIX, job_tmp_dir
 
 ROW_KEY_VALUE = Types.ROW_NAMED(["key", "value"], [Types.PRIMITIVE_ARRAY(Types.BYTE()),
                                                  Types.PRIMITIVE_ARRAY(Types.BYTE())])
@@ -68,6 +71,54 @@ def checkpoint_uri(cfg: Config) -> str:
     return where if "://" in where else Path(where).resolve().as_uri()
 
 
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's process
+        return True
+    return True
+
+
+def sweep_tmp_dirs(base: Path | None = None, alive=_pid_alive) -> list[Path]:
+    """Remove the local jobs' folders (udfs.flink.job_tmp_dir) under `base` whose process
+    no longer runs: a job killed before it could remove its own, and whose launcher did
+    not either; the ones removed."""
+    gone = []
+    for child in sorted((TMP_BASE if base is None else base).glob(TMP_PREFIX + "*")):
+        pid = child.name[len(TMP_PREFIX):]
+        if child.is_dir() and pid.isdigit() and not alive(int(pid)):
+            shutil.rmtree(child, ignore_errors=True)
+            gone.append(child)
+    return gone
+
+
+def local_tmp_dir(base: Path | None = None) -> Path | None:
+    """Give this process's local Flink JVM a folder of its own as java.io.tmpdir (and so
+    Flink's io.tmp.dirs): udfs.flink.job_tmp_dir of this process, removed when it exits
+    normally, and by its launcher (JobProcess) however it ends. By default every job's
+    working files went to /tmp itself, where a JVM stopped by a signal (how a run, a
+    bench or a test ends its jobs) left them: 60-150 MB each time. The folders of jobs no
+    longer running are removed first. None, and nothing is set, if this process's JVM is
+    not its own to start (a `flink run` client's, or one started already) or JVM_ARGS
+    names a java.io.tmpdir already."""
+    import pyflink.java_gateway as gateway
+
+    if gateway._gateway is not None or "PYFLINK_GATEWAY_PORT" in os.environ:
+        return None
+    jvm_args = os.environ.get("JVM_ARGS", "")
+    if "-Djava.io.tmpdir=" in jvm_args:
+        return None
+    sweep_tmp_dirs(base)
+    where = job_tmp_dir(os.getpid(), base)
+    where.mkdir(parents=True, exist_ok=True)
+    # PyFlink's launcher puts JVM_ARGS on the command line of the local JVM it starts.
+    os.environ["JVM_ARGS"] = f"{jvm_args} -Djava.io.tmpdir={where}".strip()
+    atexit.register(shutil.rmtree, where, ignore_errors=True)
+    return where
+
+
 ROCKSDB_LEVELS = 7  # RocksDB's default num_levels, which Flink keeps
 
 
@@ -97,6 +148,7 @@ def make_env(cfg: Config, *, thread_mode: bool = False, bundle_size: int | None 
     # starts its JVM, so only if none runs yet; a `flink run` client keeps its own)...
     state_dir = Path(cfg["local.state_dir"]).resolve()
     os.environ.setdefault("FLINK_LOG_DIR", str(state_dir / "flink-logs"))
+    local_tmp_dir()  # ... and its working files in a folder of its own
     if metrics_port:
         # A local MiniCluster looks for reporters on the JVM's classpath only, not among
         # PyFlink's plugins; PyFlink's launcher puts HADOOP_CLASSPATH on the classpath of
