@@ -10,10 +10,10 @@ Each procedure is the plain `flink` CLI command the README lists, run with this
 cluster's configuration; `FLINK_REST` (host:port) points them at another cluster.
 Every process binds to 127.0.0.1; PID files and logs (RocksDB's too) live under
 <local.state_dir>/cluster, the processes' working files (io.tmp.dirs) in a folder of the
-cluster's own in /tmp, which `down` removes. The JobManager and each TaskManager are services like
-the local Kafka broker (crawler/stack/local.py): started in the foreground of their own
-process group and session, stopped by PID, never twice. A TaskManager's Python
-workers (process mode: pyflink-udf-runner.sh, beam_boot, the SDK worker) are in its
+cluster's own in /tmp, which `down` removes. The JobManager and each TaskManager are
+services like the local Kafka broker (crawler/stack/local.py): started in the foreground
+of their own process group and session, stopped by PID, never twice. A TaskManager's
+Python workers (process mode: pyflink-udf-runner.sh, beam_boot, the SDK worker) are in its
 process group; they outlive a TaskManager killed alone (kill -9), re-parented to init.
 Every process of the cluster, workers included, inherits CLUSTER_ENV=<the cluster's
 folder> in its environment: `down` finds such strays by it and ends them too.
