@@ -5,7 +5,7 @@
 Each page's links go through `intake` and `fresh_links` (udfs/frontier/pipeline.py: the
 intake's memory of what it passed on lately, RecentUrls), as the frontier's Intake
 operator does for every completion and DiscoveredUrls record. Two webs: the
-benchmarks' synthetic web (bench_crawl: 200 sites of 300-360 pages, about 7
+benchmarks' synthetic web (200 sites of some 330 pages, as bench_crawl's was, about 7
 links a page, most to random pages of the same site) and a site shaped as real ones are
 (100 links a page: 60 in its menus and footer, the same on every page, 40 to random
 pages among its 5,000). Links come as the fetcher's parser sends them, absolute and
