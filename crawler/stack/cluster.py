@@ -320,7 +320,7 @@ class Cluster:
                               capture_output=True, text=True, timeout=timeout_s)
         if proc.returncode != 0:
             raise StackError(f"flink {' '.join(args[:2])} failed ({proc.returncode}):\n"
-                             f"{(proc.stdout + proc.stderr)[-3000:]}")
+                             f"{cli_failure(proc.stdout + proc.stderr)}")
         return proc.stdout
 
     def submit(self, job: str, job_args: Sequence[str], *, parallelism: int | None = None,
@@ -427,6 +427,17 @@ def cluster_processes(root: Path) -> list[int]:
         if environ.get(CLUSTER_ENV) == str(root) and _alive(proc.pid):
             found.append(proc.pid)
     return sorted(found)
+
+
+_STACK_FRAME = re.compile(r"^\s+(at \S|\.\.\. \d+ more$)")
+
+
+def cli_failure(output: str, limit: int = 6000) -> str:
+    """What a failed `flink` command printed, without the Java stack frames: its messages
+    and every "Caused by" line, which come before pages of frames (a job's Python
+    traceback, then the JVM's), the newest `limit` characters of them."""
+    lines = [line for line in output.splitlines() if not _STACK_FRAME.match(line)]
+    return "\n".join(lines)[-limit:]
 
 
 def _savepoint_path(cli_output: str) -> str:
