@@ -176,6 +176,10 @@ def test_frontier_job_end_to_end_on_kafka(cfg, fresh_topics, other_topics, tmp_p
         assert metric(samples, "near_duplicates_total") >= 2
         print("frontier metric names:", sorted({n for n, _ in samples if n.endswith((
             "_total", "_bucket", "_count")) and "Kafka" not in n}))
+        # RocksDB's LOG files (one per state instance, named after its path) go with
+        # this job's own Flink log, not to a folder every job shares and none removes.
+        logs = list((job.flink_log_dir / "rocksdb").glob("*_LOG"))
+        assert logs and all(f"{job.tmp_dir.name}_" in p.name for p in logs), logs
     finally:
         job.stop()
 

@@ -1824,8 +1824,11 @@ def p_flink(cfg, w):
 
 
 def p_state_dir(cfg, w):
-    """Where the jobs checkpoint and log RocksDB, and the local stack's and cluster's folders."""
-    trace = run_job("fetcher", cfg, w, real_env=True)
+    """Where the jobs checkpoint and log RocksDB (a job started by hand, without a
+    FLINK_LOG_DIR), and the local stack's and cluster's folders."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.delenv("FLINK_LOG_DIR", raising=False)
+        trace = run_job("fetcher", cfg, w, real_env=True)
     return (trace.flink.get("execution.checkpointing.dir"),
             trace.flink.get("state.backend.rocksdb.log.dir"),
             str(local_stack(cfg, w)["state_dir"]), str(cluster_conf(cfg, w)["root"]))
