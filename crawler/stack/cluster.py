@@ -319,8 +319,8 @@ class Cluster:
         proc = subprocess.run([str(pyflink_home() / "bin" / "flink"), *args], env=env,
                               capture_output=True, text=True, timeout=timeout_s)
         if proc.returncode != 0:
-            raise StackError(f"flink {' '.join(args[:2])} failed ({proc.returncode}):\n"
-                             f"{cli_failure(proc.stdout + proc.stderr)}")
+            raise FlinkCommandError(f"flink {' '.join(args[:2])} failed ({proc.returncode}):\n"
+                                    f"{cli_failure(proc.stdout + proc.stderr)}")
         return proc.stdout
 
     def submit(self, job: str, job_args: Sequence[str], *, parallelism: int | None = None,
@@ -401,8 +401,34 @@ class Cluster:
         for tm in stale:  # a fresh JVM imports the new code
             log(tm.stop())
             log(tm.start(self.cfg["local.ready_timeout_s"]))
-        return path, self.submit(job, job_args, parallelism=parallelism, savepoint=path,
-                                 build=build)
+        try:
+            return path, self.resubmit(job, job_args, path, parallelism=parallelism,
+                                       build=build, log=log)
+        except StackError as exc:  # the job is stopped: say how to start it again
+            resume = (f"crawl submit {job} --from-savepoint {path}"
+                      + (f" --parallelism {parallelism}" if parallelism else "")
+                      + (f" --build {build}" if build else ""))
+            raise StackError(f"{job} stopped with savepoint {path}, but resubmitting it "
+                             f"failed; to start it from there: {resume} (and the same "
+                             f"--config/--set)\n{exc}") from exc
+
+    def resubmit(self, job: str, job_args: Sequence[str], savepoint: str, *,
+                 parallelism: int | None, build: Path | None, attempts: int = 2,
+                 log: Callable[[str], None] = print) -> str:
+        """`submit` from `savepoint` of a job just stopped, once more if the flink client
+        failed and no job of that name runs: an upgrade has stopped the job, and a
+        failure of its client alone (in CI once, while translating the job's plan)
+        must not leave the crawl without it."""
+        for attempt in range(1, attempts + 1):
+            try:
+                return self.submit(job, job_args, parallelism=parallelism,
+                                   savepoint=savepoint, build=build)
+            except FlinkCommandError as exc:
+                if attempt == attempts or self.running_job(job):
+                    raise
+                log(f"{job}: submitting it from {savepoint} failed (attempt {attempt} of "
+                    f"{attempts}); again:\n{exc}")
+        raise AssertionError("unreachable")  # the last attempt returned or raised
 
     def _require(self, job: str) -> str:
         jid = self.running_job(job)
@@ -427,6 +453,10 @@ def cluster_processes(root: Path) -> list[int]:
         if environ.get(CLUSTER_ENV) == str(root) and _alive(proc.pid):
             found.append(proc.pid)
     return sorted(found)
+
+
+class FlinkCommandError(StackError):
+    """The flink CLI exited with an error; the message holds what it printed."""
 
 
 _STACK_FRAME = re.compile(r"^\s+(at \S|\.\.\. \d+ more$)")
