@@ -139,7 +139,15 @@ def test_a_killed_fetchers_unpublished_file_is_published_by_the_next_one(
         second = JobProcess("fetcher", overrides, tmp_path / "fetcher-2.log")
         second.start()
         deadline = time.monotonic() + STARTUP_S
-        while time.monotonic() < deadline and not warc_tool.list_files(store, "warc/"):
+
+        def published() -> bool:
+            """The file put, then its index, then its temporary file removed: the file
+            alone is listed for a moment (a full test run here once stopped the job in it)."""
+            files = warc_tool.list_files(store, "warc/")
+            return bool(files) and all(f.indexed is not None for f in files) \
+                and not list(temp.glob(".tmp-*.warc.gz"))
+
+        while time.monotonic() < deadline and not published():
             time.sleep(0.5)
     finally:
         if second is not None:
