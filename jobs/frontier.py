@@ -82,13 +82,14 @@ def main(argv: Sequence[str] | None = None) -> None:
     # Index events: exact duplicates by body hash, then one hop per SimHash band.
     index = frontier.get_side_output(INDEX) \
         .key_by(lambda r: r[0], key_type=Types.STRING()) \
-        .process(ContentDedup(), output_type=INDEX_INPUT).uid("frontier-content-dedup")
+        .process(ContentDedup(), output_type=INDEX_INPUT).uid("frontier-content-dedup") \
+        .name("exact duplicates")
     for band in range(4):
         last = band == 3
         index = index.key_by(lambda r: r[0], key_type=Types.STRING()) \
             .process(NearDuplicateBand(band, max_bucket=settings.near_duplicate_bucket),
                      output_type=ROW_KEY_VALUE if last else INDEX_INPUT) \
-            .uid(f"frontier-near-duplicates-{band}")
+            .uid(f"frontier-near-duplicates-{band}").name(f"near duplicates, band {band}")
     # The fetch audit trail: every completion into object storage, where it outlives the
     # completions topic (udfs/frontier/audit.py).
     audit_trail(completions, kafka, cfg)
