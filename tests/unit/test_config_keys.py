@@ -378,6 +378,11 @@ def run_job(name: str, cfg: Config, world: World, *, real_env: bool = False) -> 
             mp.setattr(module, "restoring", lambda env: False)
         if hasattr(module, "AsyncDataStream"):
             mp.setattr(module, "AsyncDataStream", _Async(trace))
+        for adapter in ("keyed_by_first", "side_output"):  # call the JVM: the stream itself
+            if hasattr(module, adapter):
+                mp.setattr(module, adapter, lambda ds, *_: ds)
+        if hasattr(module, "execute"):  # its pinned ids are the JVM's graph's
+            mp.setattr(module, "execute", lambda env, name, *_: env.execute(name))
         module.main(["--config", str(world.config_file(cfg))])
     _TRACES[memo] = trace
     return trace
@@ -647,8 +652,8 @@ class FrontierJob:
                 assert out[0] == DEAD_LETTERS
                 self.dead.append(self.reg.decode("dead_letter", bytes(out[1][1])))
                 continue
-            self.key = out[0]
-            self._collect(self.fn.process_element(out, self.ctx))
+            self.key = out[0]  # keyed by the row's first field (keyed_by_first)
+            self._collect(self.fn.process_element(out[1], self.ctx))
 
     def _collect(self, outputs) -> None:
         from udfs.frontier.operator import DISCOVERED, INDEX, SHARDS
@@ -1167,7 +1172,7 @@ def p_near_duplicate_bucket(cfg, w):
     for name, fp in (("a", a), ("b", b), ("c", c)):
         event = {"url_id": name, "simhash": to_signed64(fp), "near_duplicate_of": None}
         keys.key = near_key(event, 0)
-        (row,) = band0.process_element((keys.key, pickle.dumps(event)), None)
+        (row,) = band0.process_element(pickle.dumps(event), None)
         out.append(pickle.loads(row[1])["near_duplicate_of"])
     return out
 

@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import pickle
 
-from pyflink.common import Row
-
 from udfs.config import load_config
 from udfs.core.frontier import HostFrontier
 
@@ -66,9 +64,9 @@ def test_a_completion_brings_its_own_hosts_urls_and_others_go_apart(world):  # n
     kinds: list[tuple[str, str]] = []
     process = job.fn.process_element
 
-    def recorded(row, ctx):
-        kinds.append((row[0], row[1]))
-        return process(row, ctx)
+    def recorded(value, ctx):
+        kinds.append((ctx.get_current_key(), chr(value[0])))
+        return process(value, ctx)
 
     job.fn.process_element = recorded
     with job.clock():
@@ -95,6 +93,5 @@ def test_a_completion_alone_as_an_earlier_build_sent_it_is_still_taken(world):  
             "completion", completion_record(lease, Answer(), job.now)))
         completion["discovered"] = []
         job.key = H
-        job._collect(job.fn.process_element(Row(H, "C", pickle.dumps(completion)),
-                                            job.ctx))
+        job._collect(job.fn.process_element(b"C" + pickle.dumps(completion), job.ctx))
     assert job.keyed("host", H)["stats"]["completions_accepted"] == 1  # the page /1

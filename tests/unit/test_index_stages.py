@@ -68,7 +68,7 @@ class Context:
 def run(band: NearDuplicateBand, calls: Calls, url_id: str, fp: int) -> str | None:
     event = {"url_id": url_id, "simhash": to_signed64(fp), "near_duplicate_of": None}
     calls.key = near_key(event, 0)
-    (row,) = band.process_element((calls.key, pickle.dumps(event)), None)
+    (row,) = band.process_element(pickle.dumps(event), None)
     return pickle.loads(row[1])["near_duplicate_of"]
 
 

@@ -15,14 +15,16 @@ from __future__ import annotations
 import atexit
 import logging
 import os
+import re
 import shutil
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from pyflink.common import Configuration, Types, WatermarkStrategy
 from pyflink.common.serialization import ByteArraySchema
-from pyflink.datastream import DataStream, StreamExecutionEnvironment
+from pyflink.datastream import DataStream, KeyedStream, OutputTag, StreamExecutionEnvironment
 from pyflink.datastream.connectors.base import DeliveryGuarantee
 from pyflink.datastream.connectors.kafka import (
     KafkaOffsetResetStrategy,
@@ -41,6 +43,72 @@ ROW_KEY_VALUE = Types.ROW_NAMED(["key", "value"], [Types.PRIMITIVE_ARRAY(Types.B
 log = logging.getLogger(__name__)
 
 BYTES = Types.PRIMITIVE_ARRAY(Types.BYTE())
+
+
+def keyed_by_first(ds: DataStream) -> KeyedStream:
+    """`ds`, rows of (key string, value), keyed by their first field in the JVM.
+
+    PyFlink's key_by puts a Python operator before every keyed exchange, which builds
+    Row(key, row) for each record: a call into Python for nothing when the row already
+    has its key in front (a separate task, even, behind a union or a side output). The
+    key here is what that operator gives (Row(key): PyFlink's own selector on the
+    first field), so state and key groups are the same. The keyed function gets the
+    value alone (the row's second field); its key is ctx.get_current_key()."""
+    from pyflink.java_gateway import get_gateway
+
+    j_keyed = ds._j_data_stream.keyBy(get_gateway().jvm.KeyByKeySelector(),
+                                      Types.ROW([Types.STRING()]).get_java_type_info())
+    return KeyedStream(j_keyed, ds.get_type(), ds)
+
+
+def side_output(ds: DataStream, tag: OutputTag) -> DataStream:
+    """The rows `ds` emits to `tag`, read in the JVM. PyFlink's get_side_output puts a
+    Python identity map behind each side output: a call into Python a record."""
+    return DataStream(ds._j_data_stream.getSideOutput(tag.get_java_output_tag()))
+
+
+# A Kafka sink's two operators by the name KafkaIO gives its table ("sink<n>_<topic>"):
+# "sink<n>: Writer" or "sink<n>: Committer", whatever the topic is called.
+_SINK_OPERATOR = re.compile(r"^(sink\d+)_.*: (Writer|Committer)$")
+
+
+def pinned_name(operator_name: str) -> str | None:
+    """The name a pinned operator id goes by: a Kafka sink's writer or committer."""
+    m = _SINK_OPERATOR.match(operator_name)
+    return f"{m[1]}: {m[2]}" if m else None
+
+
+def pin_operator_ids(graph: Any, pinned_ids: Mapping[str, str]) -> None:
+    """Give the operators of `graph` (a Java StreamGraph) named in `pinned_ids` (by
+    pinned_name) those ids (Flink's setUidHash), which their state is restored under.
+
+    The Table API's Kafka sinks have no uid: Flink derives their ids from where they
+    stand in the graph, so a change anywhere before them (an operator fewer) moves
+    them, and the state of an earlier build's savepoint (open transactions, what is
+    left to commit) would no longer find its operator. Raises if a pin names no
+    operator or two: the graph is not the one the pins were taken from."""
+    found: dict[str, int] = {}
+    for node in graph.getStreamNodes().toArray():
+        name = pinned_name(node.getOperatorName())
+        if name is not None and name in pinned_ids and node.getTransformationUID() is None:
+            node.setUserHash(pinned_ids[name])
+            found[name] = found.get(name, 0) + 1
+    wrong = sorted(n for n in pinned_ids if found.get(n) != 1)
+    if wrong:
+        raise RuntimeError(f"pinned operator ids that match no single operator: {wrong}")
+
+
+def execute(env: StreamExecutionEnvironment, job_name: str,
+            pinned_ids: Mapping[str, str] | None = None) -> None:
+    """env.execute(job_name), with the operator ids in `pinned_ids` (pin_operator_ids)."""
+    graph = env._generate_stream_graph(clear_transformations=True, job_name=job_name)
+    pin_operator_ids(graph, pinned_ids or {})
+    run_graph(env, graph)
+
+
+def run_graph(env: StreamExecutionEnvironment, graph: Any) -> None:
+    """Run a Java StreamGraph of `env` (PyFlink's env.execute, after its graph is made)."""
+    env._j_stream_execution_environment.execute(graph)
 
 
 def job_jars(cfg: Config) -> list[str]:

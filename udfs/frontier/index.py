@@ -2,7 +2,9 @@
 duplicates by SimHash bands, before an index event is published.
 
 Both are keyed functions on pickled index events (dicts, as frontier.pipeline.index_event
-makes them); the last band encodes the event for the index topic.
+makes them), keyed in the JVM by the key each stage puts before the event
+(udfs.flink.runtime.keyed_by_first): a function gets the event alone. The last band
+encodes the event for the index topic.
 """
 
 from __future__ import annotations
@@ -28,8 +30,8 @@ class ContentDedup(KeyedProcessFunction):
         self.events = group.counter("index_events_total")
         self.duplicates = group.counter("exact_duplicates_total")
 
-    def process_element(self, row, ctx):
-        event: IndexEvent = pickle.loads(row[1])
+    def process_element(self, value, ctx):
+        event: IndexEvent = pickle.loads(value)
         owner = self.first.value()
         self.events.inc()
         if owner is None:
@@ -96,11 +98,13 @@ class NearDuplicateBand(KeyedProcessFunction):
                 self.cached += len(bucket)
         return bucket
 
-    def process_element(self, row, ctx):
-        event: IndexEvent = pickle.loads(row[1])
-        if event["simhash"] is not None and row[0].startswith("b"):
+    def process_element(self, value, ctx):
+        event: IndexEvent = pickle.loads(value)
+        # The key the stage before routed it by (cheaper than asking the JVM for it).
+        key = near_key(event, self.band, self.k)
+        if event["simhash"] is not None and key.startswith("b"):
             fp = from_signed64(event["simhash"])
-            bucket = self._bucket(row[0])
+            bucket = self._bucket(key)
             url_id = event["url_id"]
             if event["near_duplicate_of"] is None:
                 for other_id, other in bucket.items():
@@ -111,10 +115,10 @@ class NearDuplicateBand(KeyedProcessFunction):
                 self.seen.put(url_id, event["simhash"])
                 self.size.update(len(bucket) + 1)
                 bucket[url_id] = event["simhash"]
-                if self.buckets.get(row[0]) is bucket:
+                if self.buckets.get(key) is bucket:
                     self.cached += 1
                     if self.cached > _MAX_CACHED:  # no room to grow: read from state again
-                        del self.buckets[row[0]]
+                        del self.buckets[key]
                         self.cached -= len(bucket)
         if self.band < self.k:
             yield Row(near_key(event, self.band + 1, self.k), pickle.dumps(event))

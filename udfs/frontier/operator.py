@@ -74,8 +74,9 @@ log = logging.getLogger(__name__)
 # the pickle again at each hop (bench/bench_state_calls.py: a keyed hop's CPU with each).
 # A record's type between two operators is neither in their ids nor in their state, so
 # a checkpoint or savepoint of a build that pickled them twice restores.
-HOST_INPUT = Types.ROW_NAMED(["host_key", "kind", "payload"],
-                             [Types.STRING(), Types.STRING(), BYTES])
+# Both are (key, value), keyed in the JVM (udfs.flink.runtime.keyed_by_first): the keyed
+# function gets the value. A host's input is its kind (one letter) before the pickle.
+HOST_INPUT = Types.ROW_NAMED(["host_key", "input"], [Types.STRING(), BYTES])
 INDEX_INPUT = Types.ROW_NAMED(["body_key", "event"], [Types.STRING(), BYTES])
 TICK = "T"  # HOST_INPUT kind of a crawl-clock tick
 DEAD_LETTERS = OutputTag("dead-letters", ROW_KEY_VALUE)
@@ -83,6 +84,17 @@ DISCOVERED = OutputTag("discovered", ROW_KEY_VALUE)
 REPLIES = OutputTag("control-replies", ROW_KEY_VALUE)
 SHARDS = OutputTag("shards", ROW_KEY_VALUE)  # a hot host's owner ↔ shards (exactly-once)
 INDEX = OutputTag("index", INDEX_INPUT)
+
+
+def host_row(host_key: str, kind: str, payload: Any) -> Row:
+    """A HOST_INPUT row: to the owner of `host_key`, an input of `kind` (D: discovered
+    URLs, C: a completion, F: duplicate feedback, K: a command, S: a shard's move)."""
+    return Row(host_key, kind.encode() + pickle.dumps(payload))
+
+
+def tick_row(_: Any = None) -> Row:
+    """The HOST_INPUT row of a crawl-clock tick (only its watermark matters)."""
+    return Row("", TICK.encode())
 
 
 def transfer_row(reg: Any, t: Transfer) -> Row:
@@ -117,7 +129,7 @@ def parallel_subtasks(ctx) -> int:
 
 
 class Intake(ProcessFunction):
-    """Row(key, value, topic, partition, offset) → Row(host_key, kind, payload).
+    """Row(key, value, topic, partition, offset) → HOST_INPUT rows (host_row).
 
     Links are normalized with the configured drop list (urls.drop_query_params; one its
     memory of recent URLs holds is normalized already, and taken as it is), and
@@ -184,13 +196,13 @@ class Intake(ProcessFunction):
                 event = records.INDEX.decode(self.reg, data)
                 feedback = duplicate_feedback(event)
                 if feedback is not None:
-                    yield Row(event["host_key"], "F", pickle.dumps(feedback))
+                    yield host_row(event["host_key"], "F", feedback)
             elif topic == self.control_topic:  # an operator's command, to the host's owner
                 command = records.CONTROL.decode(self.reg, data)
-                yield Row(command["host_key"], "K", pickle.dumps(command))
+                yield host_row(command["host_key"], "K", command)
             elif topic == self.shards_topic:  # to a hot host's shard, or back to its owner
                 t = transfer_from_record(records.SHARDS.decode(self.reg, data))
-                yield Row(t.target, "S", pickle.dumps(t))
+                yield host_row(t.target, "S", t)
             else:
                 completion = records.COMPLETIONS.decode(self.reg, data)
                 # The URLs its fetch found (completion v4) to the other hosts first, then
@@ -202,7 +214,7 @@ class Intake(ProcessFunction):
                 for found in records.found_records(completion):
                     yield from self._urls(row, found, own, own_links)
                 completion["discovered"] = []
-                yield Row(own, "C", pickle.dumps((completion, own_links)))
+                yield host_row(own, "C", (completion, own_links))
         except AvroDecodeError as exc:
             yield self._dead(row, str(exc), type(exc).__name__)
 
@@ -228,7 +240,7 @@ class Intake(ProcessFunction):
             if host_key == own and own_links is not None:
                 own_links.extend(links)
             else:
-                yield Row(host_key, "D", pickle.dumps(links))
+                yield host_row(host_key, "D", links)
         for url, name, error in found.filtered:
             self.filtered[name].inc()
             if error is not None:  # the filter raised: its bug, kept for its author
@@ -375,31 +387,33 @@ class FrontierFunction(KeyedProcessFunction):
 
     # -- inputs -----------------------------------------------------------------------
 
-    def process_element(self, row, ctx):
-        if row[1] == TICK:  # the clock's own records: only their watermarks matter
+    def process_element(self, value, ctx):
+        kind = chr(value[0])  # a HOST_INPUT's value (host_row); its key is the host's
+        if kind == TICK:  # the clock's own records: only their watermarks matter
             self.metrics.batch.due()  # (and they bring a quiet subtask's counts out)
             return
         now = self._now(ctx)
-        payload = pickle.loads(row[2])
-        if row[1] == "S" and payload.kind != "REFILL":  # to one of a hot host's shards
+        payload = pickle.loads(memoryview(value)[1:])
+        if kind == "S" and payload.kind != "REFILL":  # to one of a hot host's shards
             yield from self._shard(payload, now)
             return
-        if row[1] == "K" and payload["command"] in ("SHOW", "SHOW_URL") and \
-                row[0] not in self.cache and self.host_state.value() is None:
+        host_key = ctx.get_current_key()
+        if kind == "K" and payload["command"] in ("SHOW", "SHOW_URL") and \
+                host_key not in self.cache and self.host_state.value() is None:
             # A question about a host this crawl does not know: answered, no state made.
-            yield REPLIES, self._control(HostFrontier(row[0], self.cfg), payload, now)
+            yield REPLIES, self._control(HostFrontier(host_key, self.cfg), payload, now)
             return
-        h = self._host(row[0])
+        h = self._host(host_key)
         before = len(h.urls)
-        if row[1] == "D":
+        if kind == "D":
             _discover(h, payload, now)
-        elif row[1] == "F":
+        elif kind == "F":
             feedback: DuplicateFeedback = payload
             h.duplicate(feedback["url_id"], feedback["url_version"], Dup(feedback["dup"]),
                         feedback["new_page"], now)
-        elif row[1] == "K":
+        elif kind == "K":
             yield REPLIES, self._control(h, payload, now)
-        elif row[1] == "S":  # a shard's answer to this owner's pull
+        elif kind == "S":  # a shard's answer to this owner's pull
             h.take_refill(payload, now)
         else:
             # (completion, its own host's URLs). A completion alone, as builds before
