@@ -250,7 +250,7 @@ def main(argv: list[str] | None = None) -> None:
                  "first field, as the frontier's (udfs.flink.runtime.keyed_by_first: no "
                  "PyFlink key map; the function reads its key from the context)",
                  f"{hop_us['bytes-jvm-key']:.1f} "
-                 f"({hop_us['bytes'] / hop_us['bytes-jvm-key']:.2f}x less than PyFlink's key_by)"))
+                 f"(PyFlink's key_by {hop_us['bytes'] / hop_us['bytes-jvm-key']:.2f}x that)"))
     rows.append(("the same hop (the payload a byte array) in process mode, as the fetcher "
                  "runs (Beam's harness, records in bundles)",
                  f"{hop_us['bytes-process']:.1f} "
