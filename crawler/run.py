@@ -78,6 +78,9 @@ def publish_seeds(cfg: Config, urls: Iterable[str], source: DiscoverySource = "S
 FLINK_LOG_TAIL_BYTES = 4 << 20  # what a report reads of a long run's Flink log: its end
 
 
+JOB_LOG_TAIL_BYTES = 1 << 20  # of a job's own log, read for its report
+
+
 def _tail_lines(path: Path, limit: int) -> list[str]:
     """The whole lines in the last `limit` bytes of a file."""
     with path.open("rb") as f:
@@ -173,9 +176,14 @@ class JobProcess:
         runs, the end of its log, and from Flink's log how its checkpoints went (the
         index and other exactly-once outputs appear only when one completes) and its
         last warnings and errors."""
+        from crawler.stack.cluster import without_java_frames
+
         state = "running" if self.alive() else (
             "not started" if self.proc is None else f"ended with {self.proc.returncode}")
-        log = self.log_path.read_text(errors="replace")[-chars:].rstrip() \
+        # Its last `chars` characters but for Java stack frames: a job that failed ends
+        # its log with pages of them, after the messages that say why.
+        log = without_java_frames("\n".join(_tail_lines(
+            self.log_path, JOB_LOG_TAIL_BYTES)))[-chars:].rstrip() \
             if self.log_path.exists() else "(no log)"
         lines: list[str] = []
         for path in sorted(self.flink_log_dir.glob("*.log")):

@@ -462,12 +462,17 @@ class FlinkCommandError(StackError):
 _STACK_FRAME = re.compile(r"^\s+(at \S|\.\.\. \d+ more$)")
 
 
+def without_java_frames(text: str) -> str:
+    """`text` without the lines of Java stack frames ("at ...", "... N more"): what is
+    left of an exception is its messages and every "Caused by" line."""
+    return "\n".join(line for line in text.splitlines() if not _STACK_FRAME.match(line))
+
+
 def cli_failure(output: str, limit: int = 6000) -> str:
     """What a failed `flink` command printed, without the Java stack frames: its messages
     and every "Caused by" line, which come before pages of frames (a job's Python
     traceback, then the JVM's), the newest `limit` characters of them."""
-    lines = [line for line in output.splitlines() if not _STACK_FRAME.match(line)]
-    return "\n".join(lines)[-limit:]
+    return without_java_frames(output)[-limit:]
 
 
 def _savepoint_path(cli_output: str) -> str:

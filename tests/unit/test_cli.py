@@ -198,7 +198,7 @@ def test_a_job_report_says_how_it_ended_its_log_and_its_checkpoints(tmp_path):
     job.proc.wait(30)
     lines = job.report(chars=30, flink_lines=3).splitlines()
     assert lines == [
-        "job frontier: ended with 3; its log ends:", "x" * 4 + "Traceback: the job failed",
+        "job frontier: ended with 3; its log ends:", "x" * 5 + "Traceback: the job failed",
         "Flink's log (at most its last 4 MB): 2 checkpoints triggered, 1 completed",
         "12:00:02,000 INFO  CheckpointCoordinator [] - Triggering checkpoint 2 @ 2 for job j.",
         "12:00:01,100 INFO  CheckpointCoordinator [] - Completed checkpoint 1 for job j.",
@@ -206,6 +206,23 @@ def test_a_job_report_says_how_it_ended_its_log_and_its_checkpoints(tmp_path):
         "12:00:03,000 WARN  KafkaWriter [] - a warning",
         "12:00:03,500 INFO  CheckpointCoordinator [] - Checkpoint 2 of job j expired before "
         "completing.", "12:00:04,000 ERROR Task [] - an error"]
+
+
+def test_a_failed_jobs_report_says_why_not_where(tmp_path):
+    """A job that failed in the JVM ends its log with pages of Java stack frames after the
+    messages that say why: the report keeps the messages."""
+    from crawler.run import JobProcess
+
+    job = JobProcess("fetcher", [], tmp_path / "fetcher.log")
+    frames = [f"\tat org.apache.flink.Frame{i}.call(Frame{i}.java:{i})" for i in range(300)]
+    job.log_path.write_text("\n".join([
+        "Traceback (most recent call last):", "py4j.protocol.Py4JJavaError: An error occurred",
+        "org.apache.flink.runtime.client.JobExecutionException: Job execution failed.",
+        *frames, "Caused by: java.io.IOException: No space left on device", *frames[:40],
+        "\t... 12 more"]) + "\n")
+    log = job.report(chars=400).split("its log ends:\n", 1)[1]
+    assert "Job execution failed." in log and "No space left on device" in log
+    assert "Frame" not in log and "more" not in log
 
 
 def test_the_job_sees_the_clis_precedence(tmp_path):
