@@ -41,7 +41,7 @@ from udfs.frontier.operator import (
 # The ids of the Kafka sinks' operators as builds up to 7afa9a0 gave them (Flink derived
 # them from the graph, which had a Python operator before each keyed exchange and
 # behind each side output): kept, so that a savepoint of those builds restores.
-# tests/integration/test_frontier_job.py checks every id of the graph.
+# tests/integration/test_frontier_job.py checks the id of every operator that keeps state.
 PINNED_IDS = {
     "sink1: Writer": "3c3d6531f6c2755ee9cadaf037da3799",  # leases
     "sink1: Committer": "88fe84198ca8e351367f57879f5cddef",
