@@ -76,9 +76,7 @@ def publish_seeds(cfg: Config, urls: Iterable[str], source: DiscoverySource = "S
 
 
 FLINK_LOG_TAIL_BYTES = 4 << 20  # what a report reads of a long run's Flink log: its end
-
-
-JOB_LOG_TAIL_BYTES = 1 << 20  # of a job's own log, read for its report
+JOB_LOG_TAIL_BYTES = 1 << 20  # and of the job's own log
 
 
 def _tail_lines(path: Path, limit: int) -> list[str]:

@@ -4,10 +4,9 @@ timers alike, what a restore would read is the live host's value (`_save`)."""
 
 from __future__ import annotations
 
-import pickle
-
 from udfs.config import load_config
 from udfs.core.frontier import HostFrontier
+from udfs.frontier.operator import host_row
 
 from .test_config_keys import (  # noqa: F401  (world: the fixture)
     Answer,
@@ -93,5 +92,5 @@ def test_a_completion_alone_as_an_earlier_build_sent_it_is_still_taken(world):  
             "completion", completion_record(lease, Answer(), job.now)))
         completion["discovered"] = []
         job.key = H
-        job._collect(job.fn.process_element(b"C" + pickle.dumps(completion), job.ctx))
+        job._collect(job.fn.process_element(host_row(H, "C", completion)[1], job.ctx))
     assert job.keyed("host", H)["stats"]["completions_accepted"] == 1  # the page /1
