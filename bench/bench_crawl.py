@@ -493,6 +493,38 @@ def _check_settings(ap: argparse.ArgumentParser, flag: str, settings: tuple[str,
         ap.error(f"{flag}: {exc}")
 
 
+def add_into(total: dict, part: dict) -> None:
+    """Add `part`'s figures into `total`, key by key (one run's into a size's sums)."""
+    for key, value in part.items():
+        total[key] = total.get(key, 0) + value
+
+
+def merged_runs(runs: list) -> tuple[tuple[int, int, dict[str, int]], float, dict[str, float]]:
+    """Several run_ours results of one size as one: pages, violations and their kinds,
+    seconds and CPU seconds by part, summed."""
+    pages = violations = 0
+    seconds = 0.0
+    kinds: dict[str, int] = {}
+    parts: dict[str, float] = {}
+    for (n, v, k), secs, p in runs:
+        pages, violations, seconds = pages + n, violations + v, seconds + secs
+        add_into(kinds, k)
+        add_into(parts, p)
+    return (pages, violations, kinds), seconds, parts
+
+
+def pair_ratios(ours: list[tuple[int, float, float]],
+                theirs: list[tuple[int, float, float]]) -> str:
+    """Each pair's ratios, this crawler's over Scrapy's, from (pages, seconds, CPU s) of
+    each run: "1.62x at 1.05x; 1.48x at 1.12x"."""
+    out = []
+    for (n, secs, cpu), (m, their_secs, their_cpu) in zip(ours, theirs, strict=True):
+        rate = (n / secs) / max(m / their_secs, 1e-9)
+        per_page = (cpu / max(n, 1)) / max(their_cpu / max(m, 1), 1e-9)
+        out.append(f"{rate:.2f}x at {per_page:.2f}x")
+    return "; ".join(out)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--sites", default="200,2000", help="comma-separated web sizes")
@@ -511,12 +543,15 @@ def main() -> None:
                          "needs more: a run whose web ran out stops with an error)")
     ap.add_argument("--against", metavar="REV",
                     help="compare with the build at this git revision instead of Scrapy")
-    ap.add_argument("--pairs", type=int, default=2,
-                    help="with --against: runs of each build per web size, alternating")
+    ap.add_argument("--pairs", type=int, default=None,
+                    help="runs of each crawler (or, with --against, of each build) per web "
+                         "size, alternating (default: 1 beside Scrapy, 2 with --against)")
     ap.add_argument("--settings", metavar="KEY=VALUE,...",
                     help="with --against: these settings in this checkout's runs only "
                          "(--against HEAD: settings against the defaults, alternating)")
     args = ap.parse_args()
+    if args.pairs is None:
+        args.pairs = 2 if args.against is not None else 1
     if args.pairs < 1:
         ap.error(f"--pairs: at least 1, got {args.pairs}")
     if args.warmup < 0:
@@ -565,30 +600,69 @@ def main() -> None:
     rows = [(WINDOW, window_row(args.seconds, args.warmup, args.gap, args.page_bytes,
                                 args.checkpoint_ms, pages))]
     for sites in sizes:
-        with tempfile.TemporaryDirectory() as tmp:
-            jit: dict[str, float] = {}
-            processes: dict[str, float] = {}
-            events: dict[str, float] = {}
-            ours_server: dict[str, float] = {}
-            theirs_server: dict[str, float] = {}
-            (ours, ours_v, ours_kinds), ours_s, ours_parts = run_ours(
-                sites, args.seconds, args.gap, Path(tmp) / "ours", args.page_bytes,
-                args.checkpoint_ms, warmup=args.warmup, pages=pages, jit=jit,
-                server=ours_server, processes=processes, events=events)
-            (theirs, theirs_v, theirs_kinds), theirs_s, theirs_cpu = run_scrapy(
-                sites, args.seconds, args.gap, Path(tmp), args.page_bytes,
-                warmup=args.warmup, pages=pages, server=theirs_server)
-            other = [(v, run_ours(sites, args.seconds, args.gap, Path(tmp) / f"variant{i}",
-                                  args.page_bytes, args.checkpoint_ms, v,
-                                  warmup=args.warmup, pages=pages))
-                     for i, v in enumerate(variants)]
+        ours_runs: list[tuple[int, float, float]] = []  # (pages, seconds, CPU s) a run
+        theirs_runs: list[tuple[int, float, float]] = []
+        ours_v = theirs_v = 0
+        ours_kinds: dict[str, int] = {}
+        theirs_kinds: dict[str, int] = {}
+        ours_parts: dict[str, float] = {}
+        jit: dict[str, float] = {}
+        processes: dict[str, float] = {}
+        events: dict[str, float] = {}
+        ours_server: dict[str, float] = {}
+        theirs_server: dict[str, float] = {}
+        other_runs: list[list] = [[] for _ in variants]
+        for pair in range(args.pairs):
+            with tempfile.TemporaryDirectory() as tmp:
+                # Alternating (this crawler first, then Scrapy first: ABBA), so that the
+                # machine's drift between runs falls on both alike.
+                for crawler in (("ours", "scrapy") if pair % 2 == 0 else ("scrapy", "ours")):
+                    if crawler == "ours":
+                        run_jit: dict[str, float] = {}
+                        run_server: dict[str, float] = {}
+                        run_processes: dict[str, float] = {}
+                        run_events: dict[str, float] = {}
+                        (n, v, kinds), secs, parts = run_ours(
+                            sites, args.seconds, args.gap, Path(tmp) / "ours",
+                            args.page_bytes, args.checkpoint_ms, warmup=args.warmup,
+                            pages=pages, jit=run_jit, server=run_server,
+                            processes=run_processes, events=run_events)
+                        ours_runs.append((n, secs, sum(parts.values())))
+                        ours_v += v
+                        for total, part in ((ours_kinds, kinds), (ours_parts, parts),
+                                            (jit, run_jit), (ours_server, run_server),
+                                            (processes, run_processes),
+                                            (events, run_events)):
+                            add_into(total, part)
+                    else:
+                        server: dict[str, float] = {}
+                        (n, v, kinds), secs, cpu = run_scrapy(
+                            sites, args.seconds, args.gap, Path(tmp), args.page_bytes,
+                            warmup=args.warmup, pages=pages, server=server)
+                        theirs_runs.append((n, secs, cpu))
+                        theirs_v += v
+                        add_into(theirs_kinds, kinds)
+                        add_into(theirs_server, server)
+                for i, v in enumerate(variants):
+                    other_runs[i].append(run_ours(
+                        sites, args.seconds, args.gap, Path(tmp) / f"variant{i}",
+                        args.page_bytes, args.checkpoint_ms, v, warmup=args.warmup,
+                        pages=pages))
+        other = [(v, merged_runs(runs)) for v, runs in zip(variants, other_runs, strict=True)]
         start = len(rows)  # this size's rows, printed once it is done
-        ours_cpu = sum(ours_parts.values())
-        ours_rate, theirs_rate = ours / ours_s, theirs / theirs_s
+        ours = sum(r[0] for r in ours_runs)
+        theirs = sum(r[0] for r in theirs_runs)
+        ours_cpu = sum(r[2] for r in ours_runs)
+        theirs_cpu = sum(r[2] for r in theirs_runs)
+        ours_rate = ours / sum(r[1] for r in ours_runs)
+        theirs_rate = theirs / sum(r[1] for r in theirs_runs)
         ours_ms, theirs_ms = 1000 * ours_cpu / max(ours, 1), 1000 * theirs_cpu / max(theirs, 1)
+        runs_note = f", {args.pairs} runs" if args.pairs > 1 else ""
         rows += [
-            (f"{sites} sites: this crawler pages/s", f"{ours_rate:,.1f} ({ours:,} pages)"),
-            (f"{sites} sites: Scrapy pages/s", f"{theirs_rate:,.1f} ({theirs:,} pages)"),
+            (f"{sites} sites: this crawler pages/s",
+             f"{ours_rate:,.1f} ({ours:,} pages{runs_note})"),
+            (f"{sites} sites: Scrapy pages/s",
+             f"{theirs_rate:,.1f} ({theirs:,} pages{runs_note})"),
             (f"{sites} sites: ratio (pages/s)", f"{ours_rate / max(theirs_rate, 1e-9):.2f}"),
             (f"{sites} sites: this crawler CPU ms per page (all processes)",
              f"{ours_ms:.1f} ({ours_cpu:.0f} CPU s)"),
@@ -603,13 +677,17 @@ def main() -> None:
                        sorted(events.items(), key=lambda kv: -kv[1])[:6]) or "not scraped"),
             (f"{sites} sites: Scrapy CPU ms per page", f"{theirs_ms:.1f} ({theirs_cpu:.0f} CPU s)"),
             (f"{sites} sites: the web server's CPU ms per page (counted for neither)",
-             f"{server_ms(ours_server, ours):.1f} in this crawler's run, "
+             f"{server_ms(ours_server, ours):.1f} in this crawler's runs, "
              f"{server_ms(theirs_server, theirs):.1f} in Scrapy's"),
             (f"{sites} sites: CPU ms per page this crawler may spend at 2x Scrapy's pages/s",
              budget_at(2 * theirs_rate, server_ms(ours_server, ours))),
             (f"{sites} sites: politeness violations, this crawler", f"{ours_v} {ours_kinds}"),
             (f"{sites} sites: politeness violations, Scrapy", f"{theirs_v} {theirs_kinds}"),
         ]
+        if args.pairs > 1:
+            rows.append((f"{sites} sites: each pair, this crawler against Scrapy (in time "
+                         "order): pages/s ratio, CPU per page ratio",
+                         pair_ratios(ours_runs, theirs_runs)))
         for v, ((got, violations, _kinds), secs, parts) in other:  # (not `pages`: the range)
             rate = got / secs
             rows += [
@@ -639,7 +717,9 @@ def main() -> None:
                  "process: each job's JVM (the frontier's Python runs inside it, thread "
                  "mode), its Python process (in a local run the fetcher's process-mode UDF "
                  "worker runs there, loopback) and the others (the fetcher's parser "
-                 "processes).")
+                 "processes). With --pairs N each crawler runs N times a size, "
+                 "alternating (this crawler first, then Scrapy first), and each figure is "
+                 "over all its runs; a last row gives each pair's ratios.")
 
 
 if __name__ == "__main__":

@@ -9,7 +9,9 @@ import pytest
 from bench.bench_crawl import (
     crawled_out,
     keep_violating_hosts,
+    merged_runs,
     pages_and_violations,
+    pair_ratios,
     violations_cell,
 )
 from crawler.testkit.oracle import Request
@@ -75,3 +77,13 @@ def test_a_build_without_the_page_store_is_said_to_crawl_another_web() -> None:
     assert "no PageStore" in (web_difference("e88fe67", no_store, web) or "")
     lorem = web.replace("def _vocabulary(", "def _words(")
     assert "LOREM-only" in (web_difference("bad46ab", no_store, lorem) or "")
+
+
+def test_each_pair_beside_scrapy_gives_its_own_ratios_and_runs_sum() -> None:
+    ours = [(300, 100.0, 150.0), (200, 100.0, 120.0)]  # (pages, seconds, CPU s)
+    theirs = [(200, 100.0, 100.0), (200, 100.0, 80.0)]
+    assert pair_ratios(ours, theirs) == "1.50x at 1.00x; 1.00x at 1.50x"
+    runs = [((300, 1, {"gap": 1}), 100.0, {"frontier": 50.0}),
+            ((200, 0, {"gap": 0}), 90.0, {"frontier": 40.0, "kafka": 5.0})]
+    assert merged_runs(runs) == (
+        (500, 1, {"gap": 1}), 190.0, {"frontier": 90.0, "kafka": 5.0})
