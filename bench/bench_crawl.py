@@ -602,12 +602,10 @@ def main() -> None:
     rows = [(WINDOW, window_row(args.seconds, args.warmup, args.gap, args.page_bytes,
                                 args.checkpoint_ms, pages))]
     for sites in sizes:
-        ours_runs: list[tuple[int, float, float]] = []  # (pages, seconds, CPU s) a run
-        theirs_runs: list[tuple[int, float, float]] = []
-        ours_v = theirs_v = 0
-        ours_kinds: dict[str, int] = {}
+        ours_results: list = []  # run_ours's, in time order
+        theirs_runs: list[tuple[int, float, float]] = []  # (pages, seconds, CPU s) a run
+        theirs_v = 0
         theirs_kinds: dict[str, int] = {}
-        ours_parts: dict[str, float] = {}
         jit: dict[str, float] = {}
         processes: dict[str, float] = {}
         events: dict[str, float] = {}
@@ -624,15 +622,12 @@ def main() -> None:
                         run_server: dict[str, float] = {}
                         run_processes: dict[str, float] = {}
                         run_events: dict[str, float] = {}
-                        (n, v, kinds), secs, parts = run_ours(
+                        ours_results.append(run_ours(
                             sites, args.seconds, args.gap, Path(tmp) / "ours",
                             args.page_bytes, args.checkpoint_ms, warmup=args.warmup,
                             pages=pages, jit=run_jit, server=run_server,
-                            processes=run_processes, events=run_events)
-                        ours_runs.append((n, secs, sum(parts.values())))
-                        ours_v += v
-                        for total, part in ((ours_kinds, kinds), (ours_parts, parts),
-                                            (jit, run_jit), (ours_server, run_server),
+                            processes=run_processes, events=run_events))
+                        for total, part in ((jit, run_jit), (ours_server, run_server),
                                             (processes, run_processes),
                                             (events, run_events)):
                             add_into(total, part)
@@ -652,11 +647,13 @@ def main() -> None:
                         pages=pages))
         other = [(v, merged_runs(runs)) for v, runs in zip(variants, other_runs, strict=True)]
         start = len(rows)  # this size's rows, printed once it is done
-        ours = sum(r[0] for r in ours_runs)
+        (ours, ours_v, ours_kinds), ours_s, ours_parts = merged_runs(ours_results)
+        ours_runs = [(n, secs, sum(parts.values()))
+                     for (n, _v, _kinds), secs, parts in ours_results]
+        ours_cpu = sum(ours_parts.values())
         theirs = sum(r[0] for r in theirs_runs)
-        ours_cpu = sum(r[2] for r in ours_runs)
         theirs_cpu = sum(r[2] for r in theirs_runs)
-        ours_rate = ours / sum(r[1] for r in ours_runs)
+        ours_rate = ours / ours_s
         theirs_rate = theirs / sum(r[1] for r in theirs_runs)
         ours_ms, theirs_ms = 1000 * ours_cpu / max(ours, 1), 1000 * theirs_cpu / max(theirs, 1)
         runs_note = f", {args.pairs} runs" if args.pairs > 1 else ""
