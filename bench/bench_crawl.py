@@ -2,7 +2,7 @@
 
     python bench/bench_crawl.py [--sites 200,2000] [--seconds 120] [--gap 0.2]
                                 [--page-bytes 20000] [--checkpoint-ms 10000]
-                                [--warmup 0] [--pages 90,115]
+                                [--warmup 0] [--pages 450,540 ...]
                                 [--variant KEY=VALUE[,KEY=VALUE...]] ...
 
 For each web size, both crawl a fresh synthetic web (same seed) for the same time with
@@ -53,6 +53,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -125,9 +126,11 @@ def scrapy_python() -> Path:
 
 def timed_window(web: SyntheticWeb, seconds: int,
                  meters: list[CpuMeter | ThreadMeter | EventMeter], alive,
-                 warmup: float = 0.0) -> tuple[float, float]:
+                 warmup: float = 0.0,
+                 each_second: Callable[[float], None] | None = None) -> tuple[float, float]:
     """From `warmup` seconds after the first request the web sees, `seconds` of
-    crawling: (t0, t1), with the CPU meters running over exactly that window."""
+    crawling: (t0, t1), with the CPU meters running over exactly that window.
+    `each_second`, if given, is called after each sample with the seconds since t0."""
     start = time.monotonic()
     while not web.log and time.monotonic() - start < 180 and alive():
         time.sleep(0.2)
@@ -141,6 +144,8 @@ def timed_window(web: SyntheticWeb, seconds: int,
         time.sleep(1)
         for meter in meters:
             meter.sample()
+        if each_second is not None:
+            each_second(time.monotonic() - t0)
     return t0, time.monotonic()
 
 
@@ -160,6 +165,23 @@ def crawled_out(web: SyntheticWeb, until: float) -> int:
                if len(served.get(web.host_key(s), ())) >= s.pages)
 
 
+def served_pages(web: SyntheticWeb, since: float, until: float) -> int:
+    """HTML pages the web served with 200 from `since` to `until` (its clock)."""
+    return sum(1 for r in list(web.log) if since <= r.start <= until and r.status == 200
+               and not r.is_robots and not r.path.startswith("/sitemap"))
+
+
+@dataclasses.dataclass(frozen=True)
+class TracePoint:
+    """A run's figures so far, `seconds` into its window: pages served, and each part's
+    CPU seconds and, of them, its JIT compilers' (run_ours' `trace`)."""
+
+    seconds: float
+    pages: int
+    cpu: dict[str, float]
+    jit: dict[str, float]
+
+
 def pages_and_violations(web: SyntheticWeb, gap: float, since: float, until: float):
     """(pages fetched in [since, until], violations, by kind). Raises if the web ran out
     of pages by `until` (DRY_SHARE): such a run measures the web, not the crawler."""
@@ -169,9 +191,7 @@ def pages_and_violations(web: SyntheticWeb, gap: float, since: float, until: flo
             f"the synthetic web ran out of pages: {dry} of {len(web.site_list)} sites had "
             "every page fetched by the measured window's end, so its rate is the web's "
             "size, not the crawler's pace; measure with more pages a site (--pages)")
-    log = [r for r in web.log if since <= r.start <= until]
-    pages = sum(1 for r in log if r.status == 200 and not r.is_robots
-                and not r.path.startswith(("/sitemap",)))
+    pages = served_pages(web, since, until)
     v = web.violations("FlinkCrawler", gap)
     if sum(v.values()):
         keep_violating_hosts(web, gap)
@@ -235,12 +255,14 @@ def run_ours(sites: int, seconds: int, gap: float, workdir: Path, page_bytes: in
              pages: tuple[int, int] = PAGES, jit: dict[str, float] | None = None,
              server: dict[str, float] | None = None,
              processes: dict[str, float] | None = None,
-             events: dict[str, float] | None = None):
+             events: dict[str, float] | None = None,
+             trace: list[TracePoint] | None = None, trace_step: float = 20.0):
     """One crawl of a fresh synthetic web: ((pages, violations, by kind), seconds, CPU
     seconds by part). `jit`, if given, receives each part's JIT compiler seconds (part
     of its CPU seconds); `server`, the web server's CPU seconds (`serving`);
     `processes`, each job's CPU seconds by kind of process ("fetcher Python", ...);
-    `events`, the frontier's counted events (urls_admitted, ...) over the window."""
+    `events`, the frontier's counted events (urls_admitted, ...) over the window;
+    `trace`, every `trace_step` seconds of the window, the figures so far (TracePoint)."""
     web = synthetic_web(sites, pages, page_bytes)
     web.start()
     base = load_config(env={})
@@ -266,9 +288,15 @@ def run_ours(sites: int, seconds: int, gap: float, workdir: Path, page_bytes: in
         meters["kafka"] = CpuMeter([broker])
     serving = ThreadMeter(web.thread_id or 0)
     counted = EventMeter(cfg["metrics.frontier_port"])
+    def traced(elapsed: float) -> None:
+        if trace is not None and elapsed >= trace_step * (len(trace) + 1):
+            trace.append(TracePoint(elapsed, served_pages(web, 0.0, time.monotonic()),
+                                    {n: m.seconds() for n, m in meters.items()},
+                                    {n: m.jit() for n, m in meters.items()}))
+
     try:
         t0, t1 = timed_window(web, seconds, [*meters.values(), serving, counted],
-                              lambda: all(j.alive() for j in jobs), warmup)
+                              lambda: all(j.alive() for j in jobs), warmup, traced)
         parts = {name: m.seconds() for name, m in meters.items()}
         if server is not None:
             server["serving"] = serving.seconds()
@@ -344,9 +372,32 @@ WINDOW = "seconds measured (after a warm-up of) / gap / page size / pages per si
 
 
 def window_row(seconds: int, warmup: float, gap: float, page_bytes: int, checkpoint_ms: int,
-               pages: tuple[int, int]) -> str:
+               pages: dict[int, tuple[int, int]]) -> str:
+    ranges = {f"{lo}–{hi}" for lo, hi in pages.values()}
+    per_site = ranges.pop() if len(ranges) == 1 else ", ".join(
+        f"{lo}–{hi} ({sites:,} sites)" for sites, (lo, hi) in pages.items())
     return (f"{seconds} s ({warmup:g} s) / {gap} s / {page_bytes:,} bytes / "
-            f"{pages[0]}–{pages[1]} / {checkpoint_ms / 1000:g} s")
+            f"{per_site} / {checkpoint_ms / 1000:g} s")
+
+
+def pages_by_size(given: list[str], sizes: list[int]) -> dict[int, tuple[int, int]]:
+    """--pages as {sites: (lo, hi)}: one LO,HI for every size, or one per size in the
+    order of --sites. ValueError with the reason otherwise."""
+    if len(given) not in (1, len(sizes)):
+        raise ValueError(f"one LO,HI for every size or one per size ({len(sizes)}), "
+                         f"got {len(given)}")
+    if len(given) > 1 and len(set(sizes)) < len(sizes):
+        raise ValueError("one per size needs sizes that differ")
+    ranges = []
+    for text in given:
+        try:
+            lo, hi = (int(x) for x in text.split(","))
+        except ValueError:
+            raise ValueError(f"LO,HI (whole numbers), got {text}") from None
+        if not 1 <= lo <= hi:
+            raise ValueError(f"1 <= LO <= HI, got {text}")
+        ranges.append((lo, hi))
+    return {sites: ranges[i if len(ranges) > 1 else 0] for i, sites in enumerate(sizes)}
 
 
 def per_page(parts: dict[str, float], pages: int) -> str:
@@ -418,14 +469,14 @@ def violations_cell(run: dict) -> str:
 
 
 def against(rev: str, sizes: list[int], pairs: int, base: dict, warmup: float,
-            pages: tuple[int, int], settings: tuple[str, ...] = (),
+            pages: dict[int, tuple[int, int]], settings: tuple[str, ...] = (),
             other_web: str | None = None) -> None:
     """This checkout against revision `rev`, alternating, `pairs` runs each per size;
     `settings` (KEY=VALUE) over the defaults in this checkout's runs only; `other_web`:
     why the two builds crawl different webs, if they do (each runs its own)."""
     # Passed only when asked for, so that a revision from before them still runs.
-    more = {k: v for k, v in (("warmup", warmup), ("pages", pages))
-            if v != {"warmup": 0.0, "pages": PAGES}[k]}
+    more = {sites: {k: v for k, v in (("warmup", warmup), ("pages", pages[sites]))
+                    if v != {"warmup": 0.0, "pages": PAGES}[k]} for sites in sizes}
     sha = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", rev], check=True,
                          capture_output=True, text=True).stdout.strip()
     here = subprocess.run(["git", "-C", str(ROOT), "describe", "--always", "--dirty"],
@@ -449,7 +500,8 @@ def against(rev: str, sizes: list[int], pairs: int, base: dict, warmup: float,
                     for name, checkout in (order if i % 2 == 0 else order[::-1]):
                         runs[name].append(run_checkout(
                             checkout, Path(tmp) / f"{name}-{sites}-{i}", sites=sites,
-                            extra=list(settings) if name == "this" else [], more=more,
+                            extra=list(settings) if name == "this" else [],
+                            more=more[sites],
                             **base))
                 rate = {name: [r["pages"] / r["seconds"] for r in rs]
                         for name, rs in runs.items()}
@@ -539,10 +591,13 @@ def main() -> None:
                     help="also run this crawler with these settings (repeatable)")
     ap.add_argument("--warmup", type=float, default=0.0,
                     help="seconds of crawling before the measured window (the JVMs' JIT "
-                         "compiles most of its code in the first minute)")
-    ap.add_argument("--pages", default=f"{CLI_PAGES[0]},{CLI_PAGES[1]}", metavar="LO,HI",
+                         "compiles most of its code in the first minute and goes on for "
+                         "about three: bench_warmup.py)")
+    ap.add_argument("--pages", action="append", metavar="LO,HI",
                     help="pages per site, a random count in this range (a longer window "
-                         "needs more: a run whose web ran out stops with an error)")
+                         "needs more: a run whose web ran out stops with an error); once "
+                         "for every size, or once per size in the order of --sites "
+                         f"(default {CLI_PAGES[0]},{CLI_PAGES[1]})")
     ap.add_argument("--against", metavar="REV",
                     help="compare with the build at this git revision instead of Scrapy")
     ap.add_argument("--pairs", type=int, default=None,
@@ -558,13 +613,11 @@ def main() -> None:
         ap.error(f"--pairs: at least 1, got {args.pairs}")
     if args.warmup < 0:
         ap.error(f"--warmup: seconds, at least 0, got {args.warmup}")
+    sizes = [int(x) for x in args.sites.split(",")]
     try:
-        lo, hi = (int(x) for x in args.pages.split(","))
-    except ValueError:
-        ap.error(f"--pages: LO,HI (whole numbers), got {args.pages}")
-    if not 1 <= lo <= hi:
-        ap.error(f"--pages: 1 <= LO <= HI, got {args.pages}")
-    pages = (lo, hi)
+        pages = pages_by_size(args.pages or [f"{CLI_PAGES[0]},{CLI_PAGES[1]}"], sizes)
+    except ValueError as exc:
+        ap.error(f"--pages: {exc}")
     settings = tuple(args.settings.split(",")) if args.settings is not None else ()
     if args.settings is not None and args.against is None:
         ap.error("--settings: only with --against (use --against HEAD for this build)")
@@ -581,7 +634,8 @@ def main() -> None:
                                 capture_output=True, text=True).stdout
         if "def run_ours(" not in source:
             ap.error(f"--against: {args.against} has no bench_crawl.run_ours to run")
-        if (args.warmup or pages != PAGES) and "warmup: float" not in source:
+        if (args.warmup or set(pages.values()) != {PAGES}) and \
+                "warmup: float" not in source:
             ap.error(f"--against: {args.against}'s run_ours takes no --warmup or --pages")
         web = subprocess.run(["git", "-C", str(ROOT), "show",
                               f"{args.against}:crawler/testkit/synthetic_web.py"],
@@ -589,7 +643,7 @@ def main() -> None:
         other_web = web_difference(args.against, source, web)
         if other_web:
             print(f"note: {other_web}", flush=True)
-        against(args.against, [int(x) for x in args.sites.split(",")], args.pairs,
+        against(args.against, sizes, args.pairs,
                 {"seconds": args.seconds, "gap": args.gap, "page_bytes": args.page_bytes,
                  "checkpoint_ms": args.checkpoint_ms}, args.warmup, pages, settings,
                 other_web)
@@ -597,7 +651,6 @@ def main() -> None:
     variants = [tuple(v.split(",")) for v in args.variant]
     for v in variants:
         _check_settings(ap, "--variant", v)
-    sizes = [int(x) for x in args.sites.split(",")]
     scrapy_python()  # install first, outside the timed part
     rows = [(WINDOW, window_row(args.seconds, args.warmup, args.gap, args.page_bytes,
                                 args.checkpoint_ms, pages))]
@@ -625,7 +678,7 @@ def main() -> None:
                         ours_results.append(run_ours(
                             sites, args.seconds, args.gap, Path(tmp) / "ours",
                             args.page_bytes, args.checkpoint_ms, warmup=args.warmup,
-                            pages=pages, jit=run_jit, server=run_server,
+                            pages=pages[sites], jit=run_jit, server=run_server,
                             processes=run_processes, events=run_events))
                         for total, part in ((jit, run_jit), (ours_server, run_server),
                                             (processes, run_processes),
@@ -635,7 +688,7 @@ def main() -> None:
                         server: dict[str, float] = {}
                         (n, v, kinds), secs, cpu = run_scrapy(
                             sites, args.seconds, args.gap, Path(tmp), args.page_bytes,
-                            warmup=args.warmup, pages=pages, server=server)
+                            warmup=args.warmup, pages=pages[sites], server=server)
                         theirs_runs.append((n, secs, cpu))
                         theirs_v += v
                         add_into(theirs_kinds, kinds)
@@ -644,7 +697,7 @@ def main() -> None:
                     other_runs[i].append(run_ours(
                         sites, args.seconds, args.gap, Path(tmp) / f"variant{i}",
                         args.page_bytes, args.checkpoint_ms, v, warmup=args.warmup,
-                        pages=pages))
+                        pages=pages[sites]))
         other = [(v, merged_runs(runs)) for v, runs in zip(variants, other_runs, strict=True)]
         start = len(rows)  # this size's rows, printed once it is done
         (ours, ours_v, ours_kinds), ours_s, ours_parts = merged_runs(ours_results)

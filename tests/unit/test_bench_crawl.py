@@ -11,8 +11,10 @@ from bench.bench_crawl import (
     keep_violating_hosts,
     merged_runs,
     pages_and_violations,
+    pages_by_size,
     pair_ratios,
     violations_cell,
+    window_row,
 )
 from crawler.testkit.oracle import Request
 from crawler.testkit.synthetic_web import SyntheticWeb, build_sites
@@ -87,3 +89,36 @@ def test_each_pair_beside_scrapy_gives_its_own_ratios_and_runs_sum() -> None:
             ((200, 0, {"gap": 0}), 90.0, {"frontier": 40.0, "kafka": 5.0})]
     assert merged_runs(runs) == (
         (500, 1, {"gap": 1}), 190.0, {"frontier": 90.0, "kafka": 5.0})
+
+
+def test_pages_per_site_are_given_once_for_all_sizes_or_once_per_size() -> None:
+    # A longer warm-up needs more pages a site on a small web than on a large one.
+    assert pages_by_size(["450,540"], [200, 2000]) == {200: (450, 540), 2000: (450, 540)}
+    both = pages_by_size(["1000,1200", "450,540"], [200, 2000])
+    assert both == {200: (1000, 1200), 2000: (450, 540)}
+    assert "1000–1200 (200 sites), 450–540 (2,000 sites)" in window_row(
+        120, 240, 0.2, 20_000, 10_000, both)
+    assert " / 450–540 / " in window_row(120, 60, 0.2, 20_000, 10_000, {200: (450, 540)})
+    for given, sizes, reason in ((["1,2", "3,4", "5,6"], [200, 2000], "one per size (2)"),
+                                 (["9,3"], [200], "1 <= LO <= HI"),
+                                 (["a,b"], [200], "whole numbers"),
+                                 (["1,2", "3,4"], [200, 200], "sizes that differ")):
+        with pytest.raises(ValueError, match=reason.replace("(", r"\(").replace(")", r"\)")):
+            pages_by_size(given, sizes)
+
+
+def test_the_warmup_bench_takes_each_interval_and_window_from_the_trace() -> None:
+    from bench.bench_crawl import TracePoint
+    from bench.bench_warmup import at, between, interval_row
+
+    trace = [TracePoint(30.0, 3000, {"frontier": 6.0, "kafka": 1.0}, {"frontier": 3.0}),
+             TracePoint(60.0, 9000, {"frontier": 12.0, "kafka": 2.0}, {"frontier": 3.6})]
+    assert between(None, trace[0]) == (30.0, 3000, {"frontier": 6.0, "kafka": 1.0},
+                                       {"frontier": 3.0})
+    secs, pages, cpu, jit = between(trace[0], trace[1])
+    assert (secs, pages) == (30.0, 6000) and cpu == {"frontier": 6.0, "kafka": 1.0}
+    assert jit == pytest.approx({"frontier": 0.6})
+    assert at(trace, 0) is None and at(trace, 58) is trace[1]
+    # 200 pages/s; 7 CPU s over 6,000 pages; the JIT 0.6 s of it, 20 ms a second.
+    assert interval_row(secs, pages, cpu, jit) == (
+        "200.0 pages/s; 1.17 ms a page, of which JIT 0.10; JIT ms a second: frontier 20")
