@@ -1169,11 +1169,13 @@ def p_near_duplicate_bucket(cfg, w):
     c = b ^ (0b111 << 8)
     assert len({band_keys(fp)[0] for fp in (a, b, c)}) == 1  # one bucket of band 0
     out = []
+    ids = {name: name.encode().hex().rjust(16, "0") for name in "abc"}  # url_ids
     for name, fp in (("a", a), ("b", b), ("c", c)):
-        event = {"url_id": name, "simhash": to_signed64(fp), "near_duplicate_of": None}
+        event = {"url_id": ids[name], "simhash": to_signed64(fp), "near_duplicate_of": None}
         keys.key = near_key(event, 0)
         (row,) = band0.process_element(pickle.dumps(event), None)
-        out.append(pickle.loads(row[1])["near_duplicate_of"])
+        near = pickle.loads(row[1])["near_duplicate_of"]
+        out.append(None if near is None else {v: k for k, v in ids.items()}[near])
     return out
 
 
