@@ -2,7 +2,7 @@
 one long crawl, interval by interval.
 
     python bench/bench_warmup.py [--sites 200] [--seconds 420] [--step 30]
-                                 [--pages 1000,1200] [--window 60,180]
+                                 [--pages 1500,1800] [--window 60,180]
 
 One crawl of a fresh synthetic web (bench_crawl.py's: seed 11, 20 KB pages, gap 0.2 s,
 the shipped 10 s checkpoints), measured from its first request for `--seconds`, every
@@ -62,7 +62,7 @@ def main() -> None:
     ap.add_argument("--sites", type=int, default=200)
     ap.add_argument("--seconds", type=int, default=420)
     ap.add_argument("--step", type=float, default=30.0)
-    ap.add_argument("--pages", default="1000,1200", metavar="LO,HI",
+    ap.add_argument("--pages", default="1500,1800", metavar="LO,HI",
                     help="pages per site (a long crawl of few sites needs many)")
     ap.add_argument("--window", default="60,180", metavar="FROM,TO",
                     help="the short window, seconds after the first request (bench_crawl's)")
