@@ -288,9 +288,11 @@ def run_ours(sites: int, seconds: int, gap: float, workdir: Path, page_bytes: in
         meters["kafka"] = CpuMeter([broker])
     serving = ThreadMeter(web.thread_id or 0)
     counted = EventMeter(cfg["metrics.frontier_port"])
+
     def traced(elapsed: float) -> None:
         if trace is not None and elapsed >= trace_step * (len(trace) + 1):
-            trace.append(TracePoint(elapsed, served_pages(web, 0.0, time.monotonic()),
+            now = time.monotonic()  # pages since the window's start, as the CPU figures
+            trace.append(TracePoint(elapsed, served_pages(web, now - elapsed, now),
                                     {n: m.seconds() for n, m in meters.items()},
                                     {n: m.jit() for n, m in meters.items()}))
 

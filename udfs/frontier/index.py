@@ -79,6 +79,11 @@ def _url_id(word: int) -> str:
     return word.to_bytes(8, "little").hex()
 
 
+def _entry(fp: int, id_word: int) -> bytes:
+    """One fingerprint as a bucket keeps it."""
+    return fp.to_bytes(8, "little") + id_word.to_bytes(8, "little")
+
+
 # Buckets up to this many fingerprints are scanned in Python, larger ones by NumPy: its
 # calls cost about 10 us a bucket however small, a Python loop 0.15 us a fingerprint.
 _SCAN_IN_PYTHON = 48
@@ -156,8 +161,8 @@ class NearDuplicateBand(KeyedProcessFunction):
         if not self.size.value():
             return b""
         entries = list(self.seen.items())
-        bucket = b"".join(from_signed64(fp).to_bytes(8, "little") +
-                          _id_word(url_id).to_bytes(8, "little") for url_id, fp in entries)
+        bucket = b"".join(_entry(from_signed64(fp), _id_word(url_id))
+                          for url_id, fp in entries)
         self.packed.update(bucket)
         self.seen.clear()
         self.size.clear()
@@ -175,7 +180,7 @@ class NearDuplicateBand(KeyedProcessFunction):
             if near is not None:
                 event["near_duplicate_of"] = _url_id(near)
             if len(bucket) < self.max_bucket * _ENTRY_BYTES and not has:
-                grown = bucket + fp.to_bytes(8, "little") + own.to_bytes(8, "little")
+                grown = bucket + _entry(fp, own)
                 self.packed.update(grown)
                 if self.buckets.get(key) is bucket:
                     if self.cached + _ENTRY_BYTES <= _MAX_CACHED_BYTES:
