@@ -6,7 +6,6 @@ completed after it. The earlier build runs from a git worktree of this repositor
 
 from __future__ import annotations
 
-import os
 import subprocess
 import time
 from collections.abc import Iterator
@@ -18,6 +17,7 @@ from kafka import KafkaProducer
 from crawler.run import JobProcess
 from tests.integration.test_frontier_job import Topic, completion_for
 from tests.integration.test_pace_faults import checkpoints
+from udfs.core.fingerprints import to_signed64
 from udfs.wire.avro import registry
 
 REG = registry()
@@ -25,23 +25,6 @@ ROOT = Path(__file__).resolve().parents[2]
 MAP_LAYOUT_BUILD = "d628a08"
 S1 = 0x0123_4567_89AB_CDEF
 S2 = 0xFEDC_0000_7654_3210  # 32 bits away from S1: no band in common
-
-
-class EarlierBuild(JobProcess):
-    """The job as the checkout at `tree` runs it (its packages first on the path, in the
-    launcher and in the embedded interpreter, whose path names the checkout it is
-    started from: udfs/flink/runtime.py)."""
-
-    tree: Path = ROOT
-
-    def start(self) -> None:
-        self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        env = {**os.environ, "FLINK_LOG_DIR": str(self.flink_log_dir),
-               "PYTHONPATH": str(self.tree)}
-        with self.log_path.open("ab") as log:
-            self.proc = subprocess.Popen(
-                self.command(), stdout=log, stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL, start_new_session=True, env=env, cwd=self.tree)
 
 
 @pytest.fixture
@@ -60,13 +43,9 @@ def earlier_tree(tmp_path) -> Iterator[Path]:
                        capture_output=True)
 
 
-def _signed(v: int) -> int:
-    return v - (1 << 64) if v >= 1 << 63 else v
-
-
 @pytest.mark.timeout(600)
 def test_near_duplicate_buckets_of_the_map_layout_survive_an_upgrade(
-        cfg, fresh_topics, other_topics, earlier_tree, tmp_path):
+        cfg, fresh_topics, other_topics, earlier_tree, tmp_path, monkeypatch):
     disc, leases, comps, index, dlq = fresh_topics("disc", "leases", "comps", "index", "dlq",
                                                    partitions=2)
     ck = tmp_path / "checkpoints"
@@ -105,7 +84,7 @@ def test_near_duplicate_buckets_of_the_map_layout_survive_an_upgrade(
                 else:
                     simhash, digit = pages[lease["url"]]
                     done = completion_for(lease, outcome="OK", http_status=200,
-                                          simhash=_signed(simhash), body_sha256=digit * 64,
+                                          simhash=to_signed64(simhash), body_sha256=digit * 64,
                                           text_sha256=digit * 64)
                 producer.send(comps, REG.encode("completion", done),
                               key=lease["host_key"].encode())
@@ -116,9 +95,14 @@ def test_near_duplicate_buckets_of_the_map_layout_survive_an_upgrade(
                 return {rec["url"]: rec for _, rec in index_topic.seen}
         raise AssertionError(f"timed out; index events {index_topic.seen}\n{job.report()}")
 
-    earlier = EarlierBuild("frontier", overrides, tmp_path / "earlier.log")
-    earlier.tree = earlier_tree
-    earlier.start()
+    earlier = JobProcess("frontier", overrides, tmp_path / "earlier.log")
+    # The job as the earlier checkout runs it: its packages first on the path, in the
+    # launcher and in the embedded interpreter (whose path names the checkout the job
+    # starts from: udfs/flink/runtime.py). The job takes both when it starts.
+    with monkeypatch.context() as m:
+        m.setenv("PYTHONPATH", str(earlier_tree))
+        m.chdir(earlier_tree)
+        earlier.start()
     try:
         seed("http://a.test", ["/", "/x"])
         before = crawl({"http://a.test/": (S1, "1"), "http://a.test/x": (S1 ^ 1 << 5, "2")},
