@@ -495,6 +495,9 @@ def against(rev: str, sizes: list[int], pairs: int, base: dict, warmup: float,
         try:
             for shared in (".cache", ".state"):  # the connector jars; the running stack
                 (other / shared).symlink_to(ROOT / shared)
+            if (other / "setup.py").exists():  # its compiled part, as ./dev setup builds it
+                subprocess.run([sys.executable, "setup.py", "-q", "build_ext", "--inplace"],
+                               cwd=other, check=True, capture_output=True)
             for sites in sizes:
                 runs: dict[str, list[dict]] = {"this": [], sha: []}
                 order = [("this", ROOT), (sha, other)]

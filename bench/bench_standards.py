@@ -34,7 +34,13 @@ from bench._results import record, timed  # noqa: E402
 from crawler.testkit.procstat import minor_faults  # noqa: E402
 from crawler.testkit.synthetic_web import SyntheticWeb, build_sites  # noqa: E402
 from crawler.testkit.warcref import warcio_record  # noqa: E402
-from udfs.core.fingerprints import _hashes_of_4grams, _majority, _token_codes  # noqa: E402
+from udfs.core.fingerprints import (  # noqa: E402
+    _hashes_of_4grams,
+    _majority,
+    _token_codes,
+    simhash64,
+    simhash64_numpy,
+)
 from udfs.core.parse import ParseLimits, parse_html  # noqa: E402
 from udfs.core.robots import parse_robots  # noqa: E402
 from udfs.core.sitemaps import parse_sitemap  # noqa: E402
@@ -243,6 +249,12 @@ def bench_majority() -> list[tuple[str, str]]:
                      "a word against byte histograms",
                      f"{us['lanes']:.0f} vs {us['histograms']:.0f} us "
                      f"({us['histograms'] / us['lanes']:.2f}x)"))
+        assert simhash64(text) == simhash64_numpy(text)
+        us = _best_us({"c": lambda t=text: simhash64(t),
+                       "numpy": lambda t=text: simhash64_numpy(t)})
+        rows.append((f"SimHash whole, {label}: the C loop (udfs/core/_simhash.c) against "
+                     "NumPy, token string included",
+                     f"{us['c']:.0f} vs {us['numpy']:.0f} us ({us['numpy'] / us['c']:.2f}x)"))
         if not text.lower().isascii():
             continue  # the token string of other text goes by the code-point table
         assert (_token_codes(text) == _ascii_codes_by_mask(text)).all()

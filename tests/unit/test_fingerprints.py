@@ -154,3 +154,49 @@ def test_majority_counts_each_bit_without_a_carry_between_bits(n):
                    [(1 << 64) - 1] * (n // 2 + 1) + [0] * (n - n // 2 - 1)):
         got = _majority(np.array(values, dtype=np.uint64), len(values))
         assert got == plain(values)
+
+
+def test_the_c_form_of_simhash_is_built():
+    """./dev setup builds udfs/core/_simhash.c in place (setup.py); without it every
+    parse takes the NumPy form, about four times its time."""
+    from udfs.core import fingerprints
+
+    assert fingerprints._simhash_codes is not None, \
+        "udfs/core/_simhash.c is not built: run ./dev setup (it needs a C compiler)"
+
+
+@pytest.mark.parametrize("n", [1, 2, 254, 255, 256, 511, 3000])
+@pytest.mark.parametrize("char", ["a", "ä", "😀"])
+def test_c_simhash_counts_each_bit_without_a_carry_between_bits(n, char):
+    """n alike 4-grams: every bit count reaches n, across the C loop's emptying of its
+    lanes every 255 hashes (1-, 4-byte code points: ASCII, other, astral)."""
+    from udfs.core.fingerprints import simhash64_numpy
+
+    for text in (char * (n + 3), "ab" * n + "cd", char * (n + 3) + "bcde" * n):
+        assert simhash64(text) == simhash64_numpy(text)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text(max_size=2000))
+def test_c_and_numpy_simhash_agree(text):
+    from udfs.core.fingerprints import simhash64_numpy
+
+    assert simhash64(text) == simhash64_numpy(text)
+
+
+def test_simhash_without_the_c_form_is_the_same(monkeypatch):
+    from udfs.core import fingerprints
+
+    texts = [document(random.Random(seed), 400) for seed in range(3)] + ["", "abc", "日本語"]
+    expected = [simhash64(t) for t in texts]
+    monkeypatch.setattr(fingerprints, "_simhash_codes", None)
+    assert [simhash64(t) for t in texts] == expected
+
+
+def test_c_simhash_refuses_what_is_not_a_token_string():
+    from udfs.core import _simhash
+
+    with pytest.raises(ValueError, match="1 or 4 bytes"):
+        _simhash.simhash_codes(np.arange(8, dtype=np.uint64))
+    with pytest.raises(ValueError, match="at least 4"):
+        _simhash.simhash_codes(b"abc")

@@ -358,12 +358,13 @@ def test_a_parsers_cpu_time_is_its_user_plus_system_time_and_zero_once_gone():
 @pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="glibc's malloc thresholds")
 @pytest.mark.parametrize("keep_heap", [True, False])
 def test_a_parsers_heap_stays_mapped_between_pages(keep_heap):
-    """With glibc's own thresholds a parser's heap grew and shrank by hundreds of KB a page
-    (about 90 page faults a 20 KB page); the parser keeps it (none to a few a page).
-    glibc only: elsewhere mallopt does nothing, or there is none."""
+    """With glibc's own thresholds a parser's heap grows and shrinks by hundreds of KB a
+    page (about 50 page faults a 100 KB page; a 20 KB one no longer, since SimHash's C
+    loop makes no arrays); the parser keeps it (none to a few a page). glibc only:
+    elsewhere mallopt does nothing, or there is none."""
     from crawler.testkit.synthetic_web import SyntheticWeb, build_sites
 
-    web = SyntheticWeb(build_sites(10, seed=11, pages=(40, 50)), page_bytes=20_000)
+    web = SyntheticWeb(build_sites(10, seed=11, pages=(40, 50)), page_bytes=100_000)
     pages = [(web.body_for(s, f"/p/{i}"), f"http://{s.name}/p/{i}")
              for s in web.site_list for i in range(15)]
     stage = ParseStage(ParseLimits(workers=1), "FlinkCrawler", keep_heap=keep_heap)
@@ -385,4 +386,4 @@ def test_a_parsers_heap_stays_mapped_between_pages(keep_heap):
     if keep_heap:
         assert per_page < 20
     else:  # the baseline this guards against (glibc's own thresholds on this machine)
-        assert per_page > 40
+        assert per_page > 25

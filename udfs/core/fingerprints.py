@@ -11,14 +11,15 @@
 
 `simhash64` is bit-identical to the `simhash` package's `Simhash(text,
 hashfunc=...)` given the same feature hash (`feature_hash64`), and computes
-the 4-gram features and their hashes vectorized with numpy.
+the 4-gram features' hashes and their bit majority in one C loop
+(udfs/core/_simhash.c), or vectorized with NumPy where that is not built.
 """
 
 from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from functools import lru_cache
 
 import numpy as np
@@ -29,6 +30,19 @@ _M1 = 0xBF58476D1CE4E5B9
 _M2 = 0x94D049BB133111EB
 _PRIME = 0x100000001B3
 _SEED = 0xCBF29CE484222325
+
+
+def _c_loop() -> Callable[[bytes | NDArray[np.uint32]], int] | None:
+    """SimHash's C loop (udfs/core/_simhash.c), built in place by ./dev setup
+    (setup.py); None where it is not built (no compiler): the NumPy form does the same."""
+    try:
+        from udfs.core._simhash import simhash_codes
+    except ImportError:
+        return None
+    return simhash_codes
+
+
+_simhash_codes = _c_loop()
 
 
 def sha256_hex(data: bytes) -> str:
@@ -139,13 +153,12 @@ def _bmp_word_table() -> NDArray[np.bool_]:
     return table
 
 
-def _token_codes(text: str) -> NDArray[np.uint64]:
-    """Code points of the package's token string: lower-cased, word characters only."""
+def _token_string(text: str) -> bytes | NDArray[np.uint32]:
+    """The package's token string (lower-cased, word characters only): an ASCII text's as
+    bytes, any other's as its code points."""
     low = text.lower()
     if low.isascii():
-        word = low.encode("ascii").translate(None, _ASCII_NON_WORD)
-        ascii_codes: NDArray[np.uint64] = np.frombuffer(word, dtype=np.uint8).astype(np.uint64)
-        return ascii_codes
+        return low.encode("ascii").translate(None, _ASCII_NON_WORD)
     codes = np.frombuffer(low.encode("utf-32-le", "surrogatepass"), dtype=np.uint32)
     table = _bmp_word_table()
     if codes.max() < 65536:
@@ -156,8 +169,16 @@ def _token_codes(text: str) -> NDArray[np.uint64]:
         mask[bmp] = table[codes[bmp]]
         idx = np.nonzero(~bmp)[0]
         mask[idx] = [_is_token_char(int(c)) for c in codes[idx]]
-    kept: NDArray[np.uint64] = codes[mask].astype(np.uint64)
+    kept: NDArray[np.uint32] = codes[mask]
     return kept
+
+
+def _token_codes(text: str) -> NDArray[np.uint64]:
+    """Code points of the package's token string, as the NumPy form hashes them."""
+    string = _token_string(text)
+    dtype = np.uint8 if isinstance(string, bytes) else np.uint32
+    codes: NDArray[np.uint64] = np.frombuffer(string, dtype=dtype).astype(np.uint64)
+    return codes
 
 
 def _hashes_of_4grams(codes: NDArray[np.uint64]) -> NDArray[np.uint64]:
@@ -176,15 +197,27 @@ def _hashes_of_4grams(codes: NDArray[np.uint64]) -> NDArray[np.uint64]:
     return h
 
 
-def simhash64(text: str) -> int:
-    """64-bit SimHash of text: lower-cased word characters, sliding 4-grams, each 4-gram
-    counted as often as it occurs, `feature_hash64` per 4-gram."""
+def simhash64_numpy(text: str) -> int:
+    """`simhash64` by NumPy alone: where the C form is not built, and its reference."""
     codes = _token_codes(text)
     if len(codes) < 4:  # the package's single-feature case (also for empty text)
         feature = "".join(map(chr, codes.tolist()))
         return _majority(np.array([feature_hash64(feature)], dtype=np.uint64), 1)
     hashes = _hashes_of_4grams(codes)
     return _majority(hashes, len(hashes))
+
+
+def simhash64(text: str) -> int:
+    """64-bit SimHash of text: lower-cased word characters, sliding 4-grams, each 4-gram
+    counted as often as it occurs, `feature_hash64` per 4-gram. The 4-grams' hashes and
+    their bit majority in one C loop (udfs/core/_simhash.c) when it is built; else, and
+    for fewer than four characters, as `simhash64_numpy` computes them."""
+    if _simhash_codes is None:
+        return simhash64_numpy(text)
+    string = _token_string(text)
+    if len(string) < 4:
+        return simhash64_numpy(text)
+    return _simhash_codes(string)
 
 
 def hamming(a: int, b: int) -> int:
