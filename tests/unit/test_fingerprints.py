@@ -158,7 +158,7 @@ def test_majority_counts_each_bit_without_a_carry_between_bits(n):
 
 def test_the_c_form_of_simhash_is_built():
     """./dev setup builds udfs/core/_simhash.c in place (setup.py); without it every
-    parse takes the NumPy form, about four times its time."""
+    parse takes the NumPy form, about 2.5 times its time."""
     from udfs.core import fingerprints
 
     assert fingerprints._simhash_codes is not None, \
